@@ -1,0 +1,31 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+# Each creates .venv when it is missing and installs the project with its extras.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: test demo bench lint clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[test,demo]'
+	@touch $(STAMP)
+
+test: $(STAMP)
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(PY) -m benchmarks.demo $(DEMO_ARGS)
+
+bench: $(STAMP)
+	PYTHONPATH=.peers $(PY) -m benchmarks $(BENCH_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check surgery functional augment tests benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache *.egg-info

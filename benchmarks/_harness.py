@@ -1,0 +1,143 @@
+"""Shared benchmark machinery: peers, interleaved timing with medians, tables.
+
+Every benchmark module exposes ``run(*, quick: bool, device: str) -> list[Table]``;
+``python -m benchmarks`` runs them and writes ``benchmarks/RESULTS.md``.
+
+Timing rule: the candidates of one comparison are timed in the same process, interleaved
+(candidate A, B, C, A, B, C, ...) so that drift in the machine's speed hits all of them alike,
+and the median of the repeats is reported. Ratios are ``peer_time / our_time`` (> 1: we are faster).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+PEERS_DIR = ROOT / ".peers"
+
+# The peers live in .peers/ (../shared/tools/install_peers.sh .peers); appended, not prepended,
+# so the project's own environment always wins over anything installed there.
+if PEERS_DIR.is_dir() and str(PEERS_DIR) not in sys.path:
+    sys.path.append(str(PEERS_DIR))
+
+PEER_MODULES = {
+    "composer": "composer.functional",
+    "timm": "timm",
+    "kornia": "kornia",
+    "torchvision": "torchvision.transforms.v2",
+}
+
+
+def peer(name: str):
+    """The peer's module, or None when it is not importable here."""
+    try:
+        return importlib.import_module(PEER_MODULES.get(name, name))
+    except Exception:
+        return None
+
+
+def missing_peers(names: list[str]) -> list[str]:
+    return [n for n in names if peer(n) is None]
+
+
+def synchronize(device: str | torch.device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_interleaved(
+    candidates: dict[str, Callable[[], object]],
+    *,
+    repeats: int = 7,
+    number: int = 1,
+    warmup: int = 1,
+    device: str = "cpu",
+) -> dict[str, float]:
+    """Median seconds per call of each candidate, timed interleaved in one process."""
+    for fn in candidates.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    names = list(candidates)
+    for r in range(repeats):
+        order = names[r % len(names):] + names[: r % len(names)]  # rotate who goes first
+        for name in order:
+            fn = candidates[name]
+            synchronize(device)
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            synchronize(device)
+            samples[name].append((time.perf_counter() - start) / number)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def copy_bandwidth(nbytes: int = 256 * 2**20, device: str = "cpu") -> float:
+    """The machine's copy bandwidth in bytes/s (bytes read + bytes written per second)."""
+    n = nbytes // 4
+    src = torch.rand(n, device=device)
+    dst = torch.empty_like(src)
+    t = time_interleaved({"copy": lambda: dst.copy_(src)}, repeats=7, device=device)["copy"]
+    return 2 * src.numel() * src.element_size() / t
+
+
+@dataclass
+class Table:
+    """A titled markdown table plus free-form notes (missing peers, targets)."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[object]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, *row: object) -> None:
+        self.rows.append(list(row))
+
+    def markdown(self) -> str:
+        def fmt(v: object) -> str:
+            if isinstance(v, float):
+                return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+            return "—" if v is None else str(v)
+
+        lines = [f"### {self.title}", ""]
+        lines.append("| " + " | ".join(self.columns) + " |")
+        lines.append("|" + "|".join("---" for _ in self.columns) + "|")
+        for row in self.rows:
+            lines.append("| " + " | ".join(fmt(v) for v in row) + " |")
+        if self.notes:
+            lines.append("")
+            lines.extend(f"- {n}" for n in self.notes)
+        return "\n".join(lines) + "\n"
+
+
+def ratio(peer_time: float | None, ours: float) -> float | None:
+    """How many times faster we are than the peer (None when the peer is missing)."""
+    return None if peer_time is None else peer_time / ours
+
+
+def machine_description() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    parts = [
+        f"CPU: {cpu}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}",
+        f"Python {platform.python_version()}, torch {torch.__version__}",
+    ]
+    if torch.cuda.is_available():
+        parts.append(f"GPU: {torch.cuda.get_device_name()}")
+    return "; ".join(parts)

@@ -1,0 +1,121 @@
+"""Argument checks and small helpers shared by every module of ``functional``.
+
+Every public callable validates at entry with these, so messages read the same everywhere:
+the argument's name, the rule, and the value received.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from surgery import NoEffectWarning
+
+__all__ = [
+    "check_generator",
+    "check_in_range",
+    "check_int",
+    "check_module",
+    "check_ndim",
+    "check_one_of",
+    "check_positive",
+    "check_probability",
+    "check_tensor",
+    "warn_no_effect",
+]
+
+
+def check_tensor(x: object, name: str) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    return x
+
+
+def check_ndim(x: torch.Tensor, name: str, ndims: int | Sequence[int], layout: str = "") -> None:
+    """Require ``x.ndim`` to be one of ``ndims``; ``layout`` (e.g. "(B, C, H, W)") goes in the message."""
+    check_tensor(x, name)
+    allowed = (ndims,) if isinstance(ndims, int) else tuple(ndims)
+    if x.ndim not in allowed:
+        want = " or ".join(str(n) for n in allowed)
+        shape = f" {layout}" if layout else ""
+        raise ValueError(f"{name} must have {want} dimensions{shape}, got shape {tuple(x.shape)}")
+
+
+def _real(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if math.isnan(value):
+        raise ValueError(f"{name} must not be NaN")
+    return value
+
+
+def check_in_range(
+    value: object,
+    name: str,
+    low: float,
+    high: float,
+    *,
+    low_inclusive: bool = True,
+    high_inclusive: bool = True,
+) -> float:
+    v = _real(value, name)
+    ok_low = v >= low if low_inclusive else v > low
+    ok_high = v <= high if high_inclusive else v < high
+    if not (ok_low and ok_high):
+        interval = f"{'[' if low_inclusive else '('}{low}, {high}{']' if high_inclusive else ')'}"
+        raise ValueError(f"{name} must be in {interval}, got {value}")
+    return v
+
+
+def check_probability(value: object, name: str) -> float:
+    return check_in_range(value, name, 0.0, 1.0)
+
+
+def check_positive(value: object, name: str, *, allow_zero: bool = False) -> float:
+    v = _real(value, name)
+    if v < 0 or (v == 0 and not allow_zero) or math.isinf(v):
+        rule = "a finite number >= 0" if allow_zero else "a finite number > 0"
+        raise ValueError(f"{name} must be {rule}, got {value}")
+    return v
+
+
+def check_int(value: object, name: str, *, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_one_of(value: object, name: str, choices: Sequence[object]) -> None:
+    if value not in choices:
+        options = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {options}; got {value!r}")
+
+
+def check_generator(generator: object, name: str = "generator") -> torch.Generator | None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"{name} must be a torch.Generator or None, got {type(generator).__name__}")
+    return generator
+
+
+def check_module(model: object, name: str = "model") -> nn.Module:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"{name} must be an nn.Module, got {type(model).__name__}")
+    return model
+
+
+def warn_no_effect(transform: str, looked_for: str, *, stacklevel: int = 3) -> None:
+    """Emit :class:`surgery.NoEffectWarning` for a transform that matched nothing."""
+    warnings.warn(
+        f"{transform} changed nothing: the model has no {looked_for}",
+        NoEffectWarning,
+        stacklevel=stacklevel,
+    )

@@ -1,0 +1,23 @@
+"""A generic module-replacement engine for PyTorch models.
+
+Policies map ``nn.Module`` classes to replacement functions; :func:`replace_module_classes`
+applies them in one walk over the model, keeping devices, dtypes, hooks and optimizer state
+consistent. The engine knows nothing about any particular algorithm.
+
+Apply surgery to the bare model, before wrapping it in ``DistributedDataParallel``, sharding it
+with ``fully_shard`` or compiling it with ``torch.compile``.
+"""
+
+from surgery._types import NoEffectWarning, ReplacementFunction
+from surgery.checkpoint import remap_state_dict
+from surgery.optim import update_params_in_optimizer
+from surgery.replace import count_module_instances, replace_module_classes
+
+__all__ = [
+    "NoEffectWarning",
+    "ReplacementFunction",
+    "count_module_instances",
+    "remap_state_dict",
+    "replace_module_classes",
+    "update_params_in_optimizer",
+]

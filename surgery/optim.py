@@ -1,0 +1,133 @@
+"""Keep optimizers consistent when model surgery swaps parameters.
+
+The rule, applied to every optimizer independently:
+
+* a parameter object that is still in use keeps its place, its param group and its state
+  (momentum buffers, Adam moments, step counts);
+* a parameter that was removed leaves its group and its state is dropped;
+* a brand-new parameter joins the param group of the parameters it replaces (so it gets the same
+  learning rate, weight decay, ...) at the position where the replaced module's parameters were,
+  so the flattened parameter order -- and with it ``optimizer.state_dict()`` -- stays stable;
+* an optimizer that held none of the replaced parameters is left untouched.
+
+Everything is done with dictionaries keyed by ``id()``, in one pass over each optimizer: the cost
+is linear in the number of parameters, whatever the number of replacements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from surgery._types import OptimizerArg, as_optimizer_list
+
+__all__ = ["update_params_in_optimizer"]
+
+_Pair = tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]]
+
+
+def update_params_in_optimizer(
+    old_params: Iterable[torch.Tensor],
+    new_params: Iterable[torch.Tensor],
+    optimizers: OptimizerArg,
+) -> None:
+    """Replace ``old_params`` by ``new_params`` in every optimizer that holds some of them.
+
+    Parameters present in both lists survive with their state; parameters only in ``old_params``
+    leave the optimizer together with their state; parameters only in ``new_params`` join the
+    param group that held the first of ``old_params``, at that parameter's position.
+
+    Args:
+        old_params: the parameters being replaced.
+        new_params: the parameters that take their place (may include some of ``old_params``).
+        optimizers: one optimizer, a sequence of optimizers, or ``None`` (nothing to do).
+
+    Example:
+        >>> import torch
+        >>> old, new = torch.nn.Linear(2, 2), torch.nn.Linear(2, 3)
+        >>> opt = torch.optim.SGD(old.parameters(), lr=0.1)
+        >>> update_params_in_optimizer(old.parameters(), new.parameters(), opt)
+        >>> [p.shape[0] for p in opt.param_groups[0]["params"]]
+        [3, 3]
+    """
+    old = _check_params(old_params, "old_params")
+    new = _check_params(new_params, "new_params")
+    opts = as_optimizer_list(optimizers)
+    new_ids = {id(p) for p in new}
+    removed = {id(p) for p in old if id(p) not in new_ids}
+    for opt in opts:
+        rebuild_param_groups(opt, [(old, new)], removed)
+
+
+def _check_params(params: Iterable[torch.Tensor], argument: str) -> list[torch.Tensor]:
+    if isinstance(params, torch.Tensor):
+        raise TypeError(f"{argument} must be an iterable of parameters, got a single Tensor")
+    try:
+        result = list(params)
+    except TypeError:
+        raise TypeError(
+            f"{argument} must be an iterable of parameters, got {type(params).__name__}"
+        ) from None
+    for i, p in enumerate(result):
+        if not isinstance(p, torch.Tensor):
+            raise TypeError(f"{argument}[{i}] must be a torch.Tensor, got {type(p).__name__}")
+    return result
+
+
+def rebuild_param_groups(
+    optimizer: torch.optim.Optimizer, pairs: Sequence[_Pair], removed: set[int]
+) -> bool:
+    """Apply a batch of ``(old_params, new_params)`` replacements to one optimizer in one pass.
+
+    ``removed`` holds the ``id()`` of every parameter that no longer exists in the model. Returns
+    whether the optimizer held any replaced parameter. Param group lists are edited in place, so
+    optimizers that keep a reference to them (LBFGS) stay valid.
+    """
+    held: dict[int, int] = {}
+    for gi, group in enumerate(optimizer.param_groups):
+        for p in group["params"]:
+            held[id(p)] = gi
+    owners: dict[int, list[int]] = {}
+    replaced_ids: set[int] = set()
+    for k, (old, _new) in enumerate(pairs):
+        for p in old:
+            replaced_ids.add(id(p))
+            if id(p) in held:
+                owners.setdefault(id(p), []).append(k)
+    if not owners:
+        return False
+
+    emitted: set[int] = set()
+    triggered: set[int] = set()
+    for gi, group in enumerate(optimizer.param_groups):
+        rebuilt: list[torch.Tensor] = []
+        for p in group["params"]:
+            for k in owners.get(id(p), ()):
+                if k in triggered:
+                    continue
+                triggered.add(k)
+                for q in pairs[k][1]:
+                    qid = id(q)
+                    if qid in emitted:
+                        continue
+                    if qid in held:
+                        if held[qid] != gi:
+                            continue  # a survivor that lives in another group stays there
+                    elif qid in replaced_ids:
+                        continue  # a survivor this optimizer never held stays out
+                    if not q.is_leaf:
+                        raise ValueError(
+                            "a replacement parameter is not a leaf tensor and cannot be "
+                            f"optimized (shape {tuple(q.shape)}); build it as an nn.Parameter"
+                        )
+                    emitted.add(qid)
+                    rebuilt.append(q)
+            pid = id(p)
+            if pid in removed:
+                optimizer.state.pop(p, None)
+            elif pid not in emitted:
+                emitted.add(pid)
+                rebuilt.append(p)
+        group["params"][:] = rebuilt
+    return True
