@@ -62,23 +62,32 @@ def time_interleaved(
     number: int = 1,
     warmup: int = 1,
     device: str = "cpu",
+    setup: Callable[[], object] | None = None,
 ) -> dict[str, float]:
-    """Median seconds per call of each candidate, timed interleaved in one process."""
+    """Median seconds per call of each candidate, timed interleaved in one process.
+
+    With ``setup``, every timed call gets a fresh ``setup()`` result as its only argument (built
+    outside the timed region): for operations that consume their input, such as model surgery.
+    """
+
     for fn in candidates.values():
         for _ in range(warmup):
-            fn()
+            fn(setup()) if setup is not None else fn()
     samples: dict[str, list[float]] = {name: [] for name in candidates}
     names = list(candidates)
     for r in range(repeats):
         order = names[r % len(names):] + names[: r % len(names)]  # rotate who goes first
         for name in order:
             fn = candidates[name]
-            synchronize(device)
-            start = time.perf_counter()
+            total = 0.0
             for _ in range(number):
-                fn()
-            synchronize(device)
-            samples[name].append((time.perf_counter() - start) / number)
+                arg = setup() if setup is not None else None
+                synchronize(device)
+                start = time.perf_counter()
+                fn(arg) if setup is not None else fn()
+                synchronize(device)
+                total += time.perf_counter() - start
+            samples[name].append(total / number)
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
