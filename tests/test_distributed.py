@@ -1,0 +1,174 @@
+"""Scaling out: the library under real torch.distributed (gloo, 2 processes on 127.0.0.1, CPU).
+
+Every scenario spawns 2 fresh ranks with ``torch.multiprocessing`` (start method "spawn"), on a
+free port, under a timeout; each rank runs a few real training steps on rank-specific data and
+the scenario checks what must hold across ranks (usually: identical parameters afterwards). The
+process group is destroyed in a ``finally`` block, so a failing rank still tears down cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+pytestmark = [
+    pytest.mark.distributed,
+    pytest.mark.slow,
+    pytest.mark.skipif(not dist.is_available(), reason="torch.distributed unavailable"),
+]
+
+WORLD_SIZE = 2
+TIMEOUT_S = 120.0
+
+
+# --------------------------------------------------------------------------------------------
+# Launcher
+# --------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, scenario: Callable[[int, int], None], port: int, world_size: int) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=TIMEOUT_S),
+    )
+    try:
+        scenario(rank, world_size)
+    except BaseException:
+        # make the failing rank's traceback reach the parent even if the peer hangs
+        traceback.print_exc()
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(scenario: Callable[[int, int], None], world_size: int = WORLD_SIZE) -> None:
+    """Run ``scenario(rank, world_size)`` on ``world_size`` spawned ranks; raise if any fails."""
+    context = mp.start_processes(
+        _rank_main,
+        args=(scenario, _free_port(), world_size),
+        nprocs=world_size,
+        join=False,
+        start_method="spawn",
+    )
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while not context.join(timeout=max(0.1, deadline - time.monotonic())):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{scenario.__name__} did not finish within {TIMEOUT_S} s")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.terminate()
+                process.join(5)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers used inside the ranks
+# --------------------------------------------------------------------------------------------
+
+
+def gather_flat(tensors) -> list[torch.Tensor]:
+    """All ranks' concatenation of ``tensors`` (flattened, float64), as a list indexed by rank."""
+    flat = torch.cat([t.detach().reshape(-1).to(torch.float64) for t in tensors])
+    out = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, flat)
+    return out
+
+
+def assert_identical_across_ranks(tensors, what: str = "parameters") -> None:
+    gathered = gather_flat(list(tensors))
+    for rank, value in enumerate(gathered[1:], start=1):
+        if not torch.equal(value, gathered[0]):
+            diff = (value - gathered[0]).abs().max().item()
+            raise AssertionError(f"{what} differ between rank 0 and rank {rank} (max |diff| {diff})")
+
+
+def rank_batch(rank: int, step: int, shape=(8, 3, 16, 16), classes: int = 4):
+    """Data that differs between ranks and steps, reproducibly."""
+    gen = torch.Generator().manual_seed(1000 * rank + step)
+    return torch.randn(shape, generator=gen), torch.randint(0, classes, (shape[0],), generator=gen)
+
+
+def small_cnn(classes: int = 4) -> nn.Module:
+    torch.manual_seed(0)  # same initial weights on every rank
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, stride=2, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.Conv2d(16, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, classes),
+    )
+
+
+def ddp_train(model: nn.Module, opt: torch.optim.Optimizer, rank: int, steps: int = 3, **ddp_kwargs):
+    ddp = nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
+    for step in range(steps):
+        x, y = rank_batch(rank, step)
+        opt.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    return ddp
+
+
+# --------------------------------------------------------------------------------------------
+# Scenarios (module-level so the spawned ranks can import them)
+# --------------------------------------------------------------------------------------------
+
+
+def scenario_surgery_then_ddp(rank: int, world_size: int) -> None:
+    import surgery
+
+    class Scaled(nn.Conv2d):
+        pass
+
+    def policy(conv: nn.Module, index: int) -> nn.Module | None:
+        if isinstance(conv, Scaled):
+            return None
+        new = Scaled(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding)
+        new.load_state_dict(conv.state_dict())
+        return new
+
+    model = small_cnn()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    surgery.replace_module_classes(model, {nn.Conv2d: policy}, optimizers=opt)
+    ddp = ddp_train(model, opt, rank)
+    assert_identical_across_ranks(ddp.module.parameters())
+    try:
+        surgery.replace_module_classes(ddp, {nn.Conv2d: policy})
+    except TypeError as error:
+        assert "before wrapping" in str(error)
+    else:
+        raise AssertionError("surgery on a DDP-wrapped model must be refused")
+
+
+SCENARIOS = [scenario_surgery_then_ddp]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__.removeprefix("scenario_"))
+def test_scenario(scenario):
+    launch(scenario)
