@@ -43,39 +43,82 @@ def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     return dtype if dtype in (torch.float32, torch.float64) else torch.float32
 
 
+def _row_dims(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(range(1, t.ndim))
+
+
+def _coefficients(w_norm: torch.Tensor, g_norm: torch.Tensor, threshold: float) -> torch.Tensor:
+    """min(1, λ·max(‖W‖, 1e-3) / ‖G‖), in place on ``w_norm`` (‖G‖ = 0 gives inf, then 1)."""
+    return w_norm.clamp_min_(AGC_EPS).mul_(threshold).div_(g_norm).clamp_(max=1.0)
+
+
+def _clip_batched_(
+    ps: list[torch.Tensor], gs: list[torch.Tensor], threshold: float, acc: torch.dtype
+) -> torch.Tensor:
+    """AGC of same-device, same-dtype tensors with few kernel launches; returns ‖G‖²."""
+    # Whole-tensor units (0-D and 1-D: biases, norm gains) with one foreach launch each; per-row
+    # norms of the other tensors with one reduction each; the coefficients of all units at once.
+    vec = [i for i, p in enumerate(ps) if p.ndim <= 1]
+    mat = [i for i, p in enumerate(ps) if p.ndim > 1]
+    w_norms: list[torch.Tensor] = []
+    g_norms: list[torch.Tensor] = []
+    if vec:
+        w_norms.append(torch.stack(torch._foreach_norm([ps[i] for i in vec], 2.0, dtype=acc)))
+        g_norms.append(torch.stack(torch._foreach_norm([gs[i] for i in vec], 2.0, dtype=acc)))
+    for i in mat:
+        w_norms.append(torch.linalg.vector_norm(ps[i], dim=_row_dims(ps[i]), dtype=acc))
+        g_norms.append(torch.linalg.vector_norm(gs[i], dim=_row_dims(gs[i]), dtype=acc))
+    g_norm = torch.cat(g_norms)
+    coef = _coefficients(torch.cat(w_norms), g_norm, threshold)
+    pieces = torch.split(coef, [len(vec)] + [ps[i].shape[0] for i in mat])
+    coefs = [c.reshape(()) for c in pieces[0].unbind()] if vec else []
+    coefs += [c.view(-1, *([1] * (ps[i].ndim - 1))) for c, i in zip(pieces[1:], mat, strict=True)]
+    torch._foreach_mul_([gs[i] for i in vec + mat], coefs)
+    return torch.dot(g_norm, g_norm)
+
+
+def _clip_cache_friendly_(
+    ps: list[torch.Tensor], gs: list[torch.Tensor], threshold: float, acc: torch.dtype
+) -> torch.Tensor:
+    """The CPU schedule: each large gradient is multiplied right after its norm is taken, while
+    it is still in cache (all norms first, then all products, reads every gradient twice from
+    memory: measured ~25% slower on resnet50). The small 0-D/1-D tensors go batched."""
+    vec = [i for i, p in enumerate(ps) if p.ndim <= 1]
+    total = torch.zeros((), dtype=acc, device=ps[0].device)
+    if vec:
+        total = _clip_batched_([ps[i] for i in vec], [gs[i] for i in vec], threshold, acc)
+    # dtype= only where it changes something: the plain reduction is a little faster.
+    cast = None if ps[0].dtype == acc else acc
+    g_norms = []
+    for p, g in zip(ps, gs, strict=True):
+        if p.ndim > 1:
+            w_norm = torch.linalg.vector_norm(p, dim=_row_dims(p), keepdim=True, dtype=cast)
+            g_norm = torch.linalg.vector_norm(g, dim=_row_dims(g), keepdim=True, dtype=cast)
+            g_norms.append(g_norm.view(-1))
+            g.mul_(_coefficients(w_norm, g_norm, threshold))
+    if g_norms:
+        g_norm = torch.cat(g_norms)
+        total = total + torch.dot(g_norm, g_norm)
+    return total
+
+
+# Which schedule runs where; tests switch the CPU entry to run the batched one on CPU too.
+_CACHE_FRIENDLY_DEVICES = {"cpu"}
+
+
 def _adaptive_clip_(
     params: list[torch.Tensor], grads: list[torch.Tensor], threshold: float
 ) -> torch.Tensor:
     """Unit-wise AGC of ``grads`` in place; returns the global L2 norm of the unclipped grads."""
     out_dtype = torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
     total_sq = []
-    for (_device, dtype), (ps, gs) in group_by_device_and_dtype(params, grads).items():
+    for (device, dtype), (ps, gs) in group_by_device_and_dtype(params, grads).items():
         acc = _accumulation_dtype(dtype)
-        # Whole-tensor units (0-D and 1-D: biases, norm gains) in one foreach launch each;
-        # per-row norms of the other tensors with one reduction per tensor.
-        vec = [i for i, p in enumerate(ps) if p.ndim <= 1]
-        mat = [i for i, p in enumerate(ps) if p.ndim > 1]
-        w_norms: list[torch.Tensor] = []
-        g_norms: list[torch.Tensor] = []
-        if vec:
-            w_norms.append(torch.stack(torch._foreach_norm([ps[i] for i in vec], 2.0, dtype=acc)))
-            g_norms.append(torch.stack(torch._foreach_norm([gs[i] for i in vec], 2.0, dtype=acc)))
-        for i in mat:
-            dims = tuple(range(1, ps[i].ndim))
-            w_norms.append(torch.linalg.vector_norm(ps[i], dim=dims, dtype=acc))
-            g_norms.append(torch.linalg.vector_norm(gs[i], dim=dims, dtype=acc))
-        w_norm = torch.cat(w_norms)
-        g_norm = torch.cat(g_norms)
-        # max_norm / ‖G‖ ≥ 1 leaves a unit alone; ‖G‖ = 0 gives inf, clamped to 1 as well.
-        coef = torch.clamp(w_norm.clamp_min_(AGC_EPS).mul_(threshold).div_(g_norm), max=1.0)
-        pieces = torch.split(coef, [len(vec)] + [ps[i].shape[0] for i in mat])
-        order = vec + mat
-        coefs = [c.reshape(()) for c in pieces[0].unbind()] if vec else []
-        coefs += [
-            c.view(-1, *([1] * (ps[i].ndim - 1))) for c, i in zip(pieces[1:], mat, strict=True)
-        ]
-        torch._foreach_mul_([gs[i] for i in order], coefs)
-        total_sq.append(torch.dot(g_norm, g_norm).to(device=grads[0].device, dtype=out_dtype))
+        if device.type in _CACHE_FRIENDLY_DEVICES:
+            sq = _clip_cache_friendly_(ps, gs, threshold, acc)
+        else:
+            sq = _clip_batched_(ps, gs, threshold, acc)
+        total_sq.append(sq.to(device=grads[0].device, dtype=out_dtype))
     if not total_sq:
         return torch.zeros((), dtype=torch.float32)
     return torch.stack(total_sq).sum().sqrt()
@@ -108,7 +151,9 @@ def apply_gradient_clipping(
       timm), and the whole tensor for 0-D and 1-D tensors (biases, normalisation gains). The
       :math:`10^{-3}` floor lets zero-initialised weights learn. The paper does not clip the
       final classifier layer: pass the parameters you want clipped. Norms accumulate in float32
-      (float64 for float64 tensors), with foreach kernels and one reduction per tensor.
+      (float64 for float64 tensors). On accelerators the norms of all 0-D/1-D tensors take one
+      foreach launch, those of larger tensors one reduction each, and all products one foreach
+      launch; on CPU each large gradient is rescaled right after its norm, while in cache.
 
     Args:
         parameters: a tensor, an iterable of tensors, or an ``nn.Module`` (its parameters).

@@ -64,7 +64,8 @@ class SAMOptimizer(Optimizer):
     run the closure once and step the base optimizer. ``step`` returns the closure's loss at
     :math:`w` (the first pass) in both cases. The norm and the perturbation use
     ``torch._foreach_*`` kernels, one launch per device and dtype, with no Python loop over
-    parameters in the arithmetic.
+    parameters in the arithmetic; the copy of :math:`w` lives in scratch buffers kept between
+    steps (one parameter-sized copy, the extra memory SAM needs anyway).
 
     The wrapper shares the base optimizer's ``param_groups``, ``state`` and ``defaults`` (the
     same objects), so LR schedulers can drive either object, ``add_param_group`` adds to both,
@@ -112,6 +113,10 @@ class SAMOptimizer(Optimizer):
         1
     """
 
+    # On CPU the perturbation is one fused w += s·g pass (reading the CPU scalar s is free);
+    # elsewhere s stays a device tensor. Tests switch this off to run the accelerator path on CPU.
+    _scalar_alpha_on_cpu = True
+
     def __init__(
         self,
         base_optimizer: Optimizer,
@@ -140,6 +145,8 @@ class SAMOptimizer(Optimizer):
         self.grad_scaler = grad_scaler
         self.global_step = 0
         self._second_pass = _GradientsView(self)
+        self._scratch: list[torch.Tensor] = []
+        self._scratch_layout: list[tuple[Any, ...]] = []
         # What torch.optim.Optimizer.__init__ sets up, minus the parameter bookkeeping, which
         # lives in the base optimizer (see the properties below).
         self._optimizer_step_pre_hooks = OrderedDict()
@@ -239,6 +246,26 @@ class SAMOptimizer(Optimizer):
         for post_hook in self._optimizer_load_state_dict_post_hooks.values():
             post_hook(self)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # torch.optim.Optimizer pickles only defaults/state/param_groups, which here belong to
+        # the base optimizer: keep the whole wrapper instead, minus the scratch buffers.
+        state = self.__dict__.copy()
+        state["_scratch"], state["_scratch_layout"] = [], []
+        return state
+
+    def _saved_buffers(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Scratch tensors shaped like ``params`` for the copy of w, kept between steps.
+
+        Reusing them spares the allocator a parameter-sized allocation and free per SAM step
+        (on CPU, glibc returns such blocks to the OS and every step page-faults them back). They
+        hold no state: any tensors of the right layout do, so they are matched by layout alone.
+        """
+        layout = [(p.shape, p.stride(), p.dtype, p.device) for p in params]
+        if layout != self._scratch_layout:
+            self._scratch = [torch.empty_like(p, requires_grad=False) for p in params]
+            self._scratch_layout = layout
+        return self._scratch
+
     def __repr__(self) -> str:
         inner = repr(self.base_optimizer).replace("\n", "\n    ")
         return (
@@ -291,13 +318,18 @@ class SAMOptimizer(Optimizer):
                 self.base_optimizer.step()
                 return loss
             scale = self.rho / (foreach_total_norm(grads) + self.epsilon)
-            saved = [torch.empty_like(p) for p in params]
+            saved = self._saved_buffers(params)
             groups = group_by_device_and_dtype(params, grads, saved)
             for (device, _), (ps, gs, ws) in groups.items():
                 torch._foreach_copy_(ws, ps)
-                # e(w) = g·ρ/(‖g‖+ε) is formed in the gradient buffers, which the closure zeroes.
-                torch._foreach_mul_(gs, scale.to(device))
-                torch._foreach_add_(ps, gs)
+                if device.type == "cpu" and self._scalar_alpha_on_cpu:
+                    # Reading a CPU scalar costs no device sync: w += s·g in one pass.
+                    torch._foreach_add_(ps, gs, alpha=scale.item())
+                else:
+                    # No sync on accelerators: e(w) = g·ρ/(‖g‖+ε) is formed in the gradient
+                    # buffers (the closure zeroes them next), then added.
+                    torch._foreach_mul_(gs, scale.to(device))
+                    torch._foreach_add_(ps, gs)
         try:
             with torch.enable_grad():
                 closure()

@@ -9,7 +9,16 @@ import torch
 import torchvision
 from torch import nn
 
+import functional.gradient_clipping as gradient_clipping
 from functional import apply_gradient_clipping
+
+
+@pytest.fixture(autouse=True, params=["cpu-schedule", "accelerator-schedule"])
+def schedule(request, monkeypatch):
+    """Run every test through both AGC schedules (see functional.gradient_clipping)."""
+    if request.param == "accelerator-schedule":
+        monkeypatch.setattr(gradient_clipping, "_CACHE_FRIENDLY_DEVICES", set())
+    return request.param
 
 
 def reference_agc(params: list[torch.Tensor], threshold: float) -> list[torch.Tensor | None]:

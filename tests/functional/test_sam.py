@@ -47,8 +47,16 @@ def regression_closure(w: nn.Parameter, opt: torch.optim.Optimizer, calls: list 
     return closure
 
 
+@pytest.fixture(params=["cpu-path", "accelerator-path"])
+def perturbation_path(request, monkeypatch):
+    """Run a test through both ways of applying the perturbation (see SAMOptimizer.step)."""
+    if request.param == "accelerator-path":
+        monkeypatch.setattr(SAMOptimizer, "_scalar_alpha_on_cpu", False)
+    return request.param
+
+
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
-def test_matches_hand_computed_steps(momentum):
+def test_matches_hand_computed_steps(momentum, perturbation_path):
     rho, eps, lr = 0.1, 1e-12, 0.05
     w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
     opt = SAMOptimizer(torch.optim.SGD([w], lr=lr, momentum=momentum), rho=rho, epsilon=eps)
@@ -68,7 +76,7 @@ def test_matches_hand_computed_steps(momentum):
         torch.testing.assert_close(w.detach(), w_ref, rtol=1e-12, atol=1e-14)
 
 
-def test_second_pass_runs_at_the_perturbed_point():
+def test_second_pass_runs_at_the_perturbed_point(perturbation_path):
     rho = 0.2
     w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
     opt = SAMOptimizer(torch.optim.SGD([w], lr=0.1), rho=rho)
@@ -134,7 +142,7 @@ def cnn_closure(model, opt, x, y, record=None):
     return closure
 
 
-def test_weights_restored_bitwise_before_the_base_step():
+def test_weights_restored_bitwise_before_the_base_step(perturbation_path):
     torch.manual_seed(1)
     model = small_cnn()
     x, y = torch.randn(6, 3, 8, 8), torch.randint(0, 5, (6,))
@@ -206,7 +214,7 @@ def manual_sam_step(model, base, x, y, rho, eps, autocast=False):
     ids=["sgd-momentum", "adamw"],
 )
 @pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
-def test_matches_reference_on_a_cnn(make_base, autocast):
+def test_matches_reference_on_a_cnn(make_base, autocast, perturbation_path):
     torch.manual_seed(3)
     model = small_cnn()
     twin = copy.deepcopy(model)
@@ -319,6 +327,25 @@ def test_lr_scheduler_drives_it(no_warnings):
         torch.testing.assert_close(w.detach(), before - lrs[-1] * g_sam)
         sched.step()
     assert lrs == [0.1, 0.1, 0.05, 0.05, 0.025]
+
+
+def test_deepcopy_and_pickle_keep_the_wrapper():
+    import pickle
+
+    w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
+    opt = SAMOptimizer(torch.optim.SGD([w], lr=0.1, momentum=0.9), rho=0.2, interval=2)
+    opt.step(regression_closure(w, opt))
+    opt.step(regression_closure(w, opt))  # a SAM step: scratch buffers exist now
+    for clone in (copy.deepcopy(opt), pickle.loads(pickle.dumps(opt))):
+        assert isinstance(clone.base_optimizer, torch.optim.SGD)
+        assert (clone.rho, clone.interval, clone.global_step) == (0.2, 2, 2)
+        assert clone.param_groups is clone.base_optimizer.param_groups
+        (p,) = clone.param_groups[0]["params"]
+        assert p is not w and torch.equal(p, w)
+        assert torch.equal(clone.state[p]["momentum_buffer"], opt.state[w]["momentum_buffer"])
+        clone.step(regression_closure(p, clone))
+        clone.step(regression_closure(p, clone))
+        assert clone.global_step == 4
 
 
 def test_step_hooks_run_once_per_step():
