@@ -141,11 +141,7 @@ def _fill_grads(model: nn.Module, scale: float = 1.0) -> None:
 
 def _sam_arithmetic_table(*, quick: bool, device: str) -> Table:
     torch.manual_seed(0)
-    name, make = (
-        ("resnet18", torchvision.models.resnet18)
-        if quick
-        else ("resnet50", torchvision.models.resnet50)
-    )
+    name, make = ("tiny CNN", _tiny_cnn) if quick else ("resnet50", torchvision.models.resnet50)
     model = make().to(device)
     ComposerSAM = _composer_sam()
     candidates = {}
@@ -179,7 +175,8 @@ def _sam_arithmetic_table(*, quick: bool, device: str) -> Table:
 
 def _clipping_rows(table: Table, name: str, model: nn.Module, *, quick: bool, device: str) -> None:
     composer = peer("composer")
-    x = torch.randn(8, 3, 64, 64, device=device)
+    size = 16 if quick else 64
+    x = torch.randn(8, 3, size, size, device=device)
     y = torch.randint(0, 1000, (8,), device=device)
     nn.functional.cross_entropy(model(x), y).backward()
     params = [p for p in model.parameters() if p.grad is not None]
@@ -210,11 +207,14 @@ def _clipping_rows(table: Table, name: str, model: nn.Module, *, quick: bool, de
 
 
 def _clipping_table(*, quick: bool, device: str) -> Table:
-    models = [("resnet18", torchvision.models.resnet18)]
+    models = [("tiny CNN", lambda: _tiny_cnn(1000))]
     if not quick:
-        models.append(("resnet50", torchvision.models.resnet50))
+        models = [
+            ("resnet18", torchvision.models.resnet18),
+            ("resnet50", torchvision.models.resnet50),
+        ]
     table = Table(
-        f"apply_gradient_clipping per call, real gradients (batch 8 at 64x64) ({device})",
+        f"apply_gradient_clipping per call, gradients of one real backward pass ({device})",
         ["model", "type", "ours ms", "composer ms", "composer / ours"],
     )
     for name, make in models:

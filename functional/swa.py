@@ -76,6 +76,9 @@ class SWA:
     :meth:`load_state_dict` checkpoint the counters, the averaged weights and the SWALR state;
     checkpoint the model, optimizer and scheduler yourself as usual.
 
+    Under ``DistributedDataParallel`` or ``torch.compile``, pass the bare module (``ddp.module``,
+    the module you compiled): the average is a copy of it, and every rank holds the same one.
+
     Args:
         model: the model being trained.
         optimizer: its optimizer (a ``SAMOptimizer`` works too).
@@ -246,11 +249,9 @@ class SWA:
                         f"update_bn: input_key={input_key!r} is not in the batch keys {sorted(batch)}"
                     )
                 batch = batch[input_key]
-            yield _move(batch, self.device_of_average)
+            yield _move(batch, self._average_device())
 
-    @property
-    def device_of_average(self) -> torch.device | None:
-        """The device of the averaged model's weights (None before the first average)."""
+    def _average_device(self) -> torch.device | None:
         if self._averaged is None:
             return None
         for p in self._averaged.parameters():
