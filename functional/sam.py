@@ -85,9 +85,9 @@ class SAMOptimizer(Optimizer):
     Distributed data parallel: the closure's ``backward`` all-reduces the gradients, so the norm
     and :math:`\hat\epsilon` are computed from the averaged gradient and every rank applies the
     same perturbation and the same update: replicas stay identical. (The paper's per-device
-    "m-sharpness" variant would perturb each replica with its local gradient; run the first
-    pass under ``model.no_sync()`` inside your closure if you want that.) Sharded parameters
-    (FSDP) are not supported: the norm would be that of the local shard.
+    "m-sharpness" variant, which perturbs each replica with its local gradient, is not what this
+    does.) Sharded parameters (FSDP) are not supported: the norm would be that of the local
+    shard.
 
     Args:
         base_optimizer: the optimizer that performs the update (SGD, AdamW, ...).
@@ -322,7 +322,11 @@ class SAMOptimizer(Optimizer):
             groups = group_by_device_and_dtype(params, grads, saved)
             for (device, _), (ps, gs, ws) in groups.items():
                 torch._foreach_copy_(ws, ps)
-                if device.type == "cpu" and self._scalar_alpha_on_cpu:
+                if (
+                    device.type == "cpu"
+                    and scale.device.type == "cpu"
+                    and self._scalar_alpha_on_cpu
+                ):
                     # Reading a CPU scalar costs no device sync: w += s·g in one pass.
                     torch._foreach_add_(ps, gs, alpha=scale.item())
                 else:
