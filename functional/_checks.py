@@ -119,3 +119,52 @@ def warn_no_effect(transform: str, looked_for: str, *, stacklevel: int = 3) -> N
         NoEffectWarning,
         stacklevel=stacklevel,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Numeric helpers shared by the training-state helpers (SAM, gradient clipping, schedules, SWA)
+# ---------------------------------------------------------------------------------------------
+
+
+def round_half_up(value: float) -> int:
+    """Nearest integer, halves rounded up (``2.5 -> 3``), robust to ``0.29 * 100 = 28.999...``.
+
+    Python's ``round`` rounds halves to even and ``int`` truncates; lengths of schedules and
+    training phases scaled by a ratio want the nearest integer, ties going to the longer phase.
+    """
+    return math.floor(value + 0.5 + 1e-9)
+
+
+def group_by_device_and_dtype(
+    tensors: Sequence[torch.Tensor], *others: Sequence[torch.Tensor]
+) -> dict[tuple[torch.device, torch.dtype], list[list[torch.Tensor]]]:
+    """Split parallel tensor lists into groups that ``torch._foreach_*`` kernels accept.
+
+    The key of each group is the ``(device, dtype)`` of ``tensors[i]``; the value holds one list
+    per argument (``tensors`` first, then each of ``others``), in the original order.
+    """
+    groups: dict[tuple[torch.device, torch.dtype], list[list[torch.Tensor]]] = {}
+    for i, t in enumerate(tensors):
+        lists = groups.setdefault((t.device, t.dtype), [[] for _ in range(1 + len(others))])
+        lists[0].append(t)
+        for j, other in enumerate(others, start=1):
+            lists[j].append(other[i])
+    return groups
+
+
+def foreach_total_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Global L2 norm of all ``tensors`` taken together, with ``torch._foreach_norm``.
+
+    Accumulates in float32 (float64 when a tensor is float64); returns a 0-d tensor on the first
+    tensor's device (CPU and 0.0 for an empty list). Non-finite entries give a non-finite norm.
+    """
+    if len(tensors) == 0:
+        return torch.zeros((), dtype=torch.float32)
+    out_device = tensors[0].device
+    out_dtype = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+    partial = []
+    for (_, dtype), (group,) in group_by_device_and_dtype(tensors).items():
+        acc = dtype if dtype in (torch.float32, torch.float64) else torch.float32
+        norms = torch._foreach_norm(group, 2.0, dtype=acc)
+        partial.append(torch.linalg.vector_norm(torch.stack(norms)).to(out_device, out_dtype))
+    return partial[0] if len(partial) == 1 else torch.linalg.vector_norm(torch.stack(partial))

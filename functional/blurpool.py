@@ -52,7 +52,13 @@ def blur_2d(
     if filter.ndim == 2:
         filter = filter.expand(channels, 1, *filter.shape)
     kh, kw = filter.shape[-2:]
-    return F.conv2d(input, filter.to(input.dtype), stride=(sh, sw), padding=((kh - 1) // 2, (kw - 1) // 2), groups=channels)
+    return F.conv2d(
+        input,
+        filter.to(input.dtype),
+        stride=(sh, sw),
+        padding=((kh - 1) // 2, (kw - 1) // 2),
+        groups=channels,
+    )
 
 
 def blurmax_pool2d(
@@ -68,5 +74,7 @@ def blurmax_pool2d(
     if kernel_size is None:
         kernel_size = 2
     stride = kernel_size if stride is None else stride
-    pooled = F.max_pool2d(input, kernel_size, stride=1, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
+    pooled = F.max_pool2d(
+        input, kernel_size, stride=1, padding=padding, dilation=dilation, ceil_mode=ceil_mode
+    )
     return blur_2d(pooled, stride=stride, filter=filter)

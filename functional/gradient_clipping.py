@@ -1,0 +1,200 @@
+"""Gradient clipping: by global norm, by value, and unit-wise adaptive (AGC, Brock et al. 2021).
+
+Paper (AGC): A. Brock, S. De, S. L. Smith, K. Simonyan, "High-Performance Large-Scale Image
+Recognition Without Normalization", ICML 2021, https://arxiv.org/abs/2102.06171.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from functional._checks import check_one_of, check_positive, group_by_device_and_dtype
+
+__all__ = ["apply_gradient_clipping"]
+
+CLIPPING_TYPES = ("norm", "value", "adaptive")
+
+# Floor on a unit's weight norm, so zero-initialised weights (biases, the last BatchNorm gain of
+# a residual block) may still receive gradient: AGC's epsilon, 1e-3 in the paper.
+AGC_EPS = 1e-3
+
+
+def _as_parameter_list(parameters: object) -> list[torch.Tensor]:
+    if isinstance(parameters, nn.Module):
+        return list(parameters.parameters())
+    if isinstance(parameters, torch.Tensor):
+        return [parameters]
+    if isinstance(parameters, (str, bytes)) or not isinstance(parameters, Iterable):
+        raise TypeError(
+            "parameters must be a tensor, an iterable of tensors or an nn.Module, "
+            f"got {type(parameters).__name__}"
+        )
+    params = list(parameters)
+    for i, p in enumerate(params):
+        if not isinstance(p, torch.Tensor):
+            raise TypeError(f"parameters[{i}] must be a torch.Tensor, got {type(p).__name__}")
+    return params
+
+
+def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def _row_dims(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(range(1, t.ndim))
+
+
+def _coefficients(w_norm: torch.Tensor, g_norm: torch.Tensor, threshold: float) -> torch.Tensor:
+    """min(1, λ·max(‖W‖, 1e-3) / ‖G‖), in place on ``w_norm`` (‖G‖ = 0 gives inf, then 1)."""
+    return w_norm.clamp_min_(AGC_EPS).mul_(threshold).div_(g_norm).clamp_(max=1.0)
+
+
+def _clip_batched_(
+    ps: list[torch.Tensor], gs: list[torch.Tensor], threshold: float, acc: torch.dtype
+) -> torch.Tensor:
+    """AGC of same-device, same-dtype tensors with few kernel launches; returns ‖G‖²."""
+    # Whole-tensor units (0-D and 1-D: biases, norm gains) with one foreach launch each; per-row
+    # norms of the other tensors with one reduction each; the coefficients of all units at once.
+    vec = [i for i, p in enumerate(ps) if p.ndim <= 1]
+    mat = [i for i, p in enumerate(ps) if p.ndim > 1]
+    w_norms: list[torch.Tensor] = []
+    g_norms: list[torch.Tensor] = []
+    if vec:
+        w_norms.append(torch.stack(torch._foreach_norm([ps[i] for i in vec], 2.0, dtype=acc)))
+        g_norms.append(torch.stack(torch._foreach_norm([gs[i] for i in vec], 2.0, dtype=acc)))
+    for i in mat:
+        w_norms.append(torch.linalg.vector_norm(ps[i], dim=_row_dims(ps[i]), dtype=acc))
+        g_norms.append(torch.linalg.vector_norm(gs[i], dim=_row_dims(gs[i]), dtype=acc))
+    g_norm = torch.cat(g_norms)
+    coef = _coefficients(torch.cat(w_norms), g_norm, threshold)
+    pieces = torch.split(coef, [len(vec)] + [ps[i].shape[0] for i in mat])
+    coefs = [c.reshape(()) for c in pieces[0].unbind()] if vec else []
+    coefs += [c.view(-1, *([1] * (ps[i].ndim - 1))) for c, i in zip(pieces[1:], mat, strict=True)]
+    torch._foreach_mul_([gs[i] for i in vec + mat], coefs)
+    return torch.dot(g_norm, g_norm)
+
+
+def _clip_cache_friendly_(
+    ps: list[torch.Tensor], gs: list[torch.Tensor], threshold: float, acc: torch.dtype
+) -> torch.Tensor:
+    """The CPU schedule: each large gradient is multiplied right after its norm is taken, while
+    it is still in cache (all norms first, then all products, reads every gradient twice from
+    memory: measured ~25% slower on resnet50). The small 0-D/1-D tensors go batched."""
+    vec = [i for i, p in enumerate(ps) if p.ndim <= 1]
+    total = torch.zeros((), dtype=acc, device=ps[0].device)
+    if vec:
+        total = _clip_batched_([ps[i] for i in vec], [gs[i] for i in vec], threshold, acc)
+    # dtype= only where it changes something: the plain reduction is a little faster.
+    cast = None if ps[0].dtype == acc else acc
+    g_norms = []
+    for p, g in zip(ps, gs, strict=True):
+        if p.ndim > 1:
+            w_norm = torch.linalg.vector_norm(p, dim=_row_dims(p), keepdim=True, dtype=cast)
+            g_norm = torch.linalg.vector_norm(g, dim=_row_dims(g), keepdim=True, dtype=cast)
+            g_norms.append(g_norm.view(-1))
+            g.mul_(_coefficients(w_norm, g_norm, threshold))
+    if g_norms:
+        g_norm = torch.cat(g_norms)
+        total = total + torch.dot(g_norm, g_norm)
+    return total
+
+
+# Which schedule runs where; tests switch the CPU entry to run the batched one on CPU too.
+_CACHE_FRIENDLY_DEVICES = {"cpu"}
+
+
+def _adaptive_clip_(
+    params: list[torch.Tensor], grads: list[torch.Tensor], threshold: float
+) -> torch.Tensor:
+    """Unit-wise AGC of ``grads`` in place; returns the global L2 norm of the unclipped grads."""
+    out_dtype = torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
+    total_sq = []
+    for (device, dtype), (ps, gs) in group_by_device_and_dtype(params, grads).items():
+        acc = _accumulation_dtype(dtype)
+        if device.type in _CACHE_FRIENDLY_DEVICES:
+            sq = _clip_cache_friendly_(ps, gs, threshold, acc)
+        else:
+            sq = _clip_batched_(ps, gs, threshold, acc)
+        total_sq.append(sq.to(device=grads[0].device, dtype=out_dtype))
+    if not total_sq:
+        return torch.zeros((), dtype=torch.float32)
+    return torch.stack(total_sq).sum().sqrt()
+
+
+def apply_gradient_clipping(
+    parameters: torch.Tensor | Iterable[torch.Tensor] | nn.Module,
+    clipping_type: str,
+    clipping_threshold: float,
+) -> torch.Tensor | None:
+    r"""Clip the gradients of ``parameters`` in place, by global norm, by value or unit-wise.
+
+    Parameters whose ``.grad`` is None are skipped. Call it after ``backward()`` and before
+    ``optimizer.step()`` (after ``scaler.unscale_(optimizer)`` under AMP).
+
+    - ``'norm'``: if the L2 norm of all gradients together exceeds ``clipping_threshold``,
+      scale them all by ``clipping_threshold / norm`` (``torch.nn.utils.clip_grad_norm_``).
+    - ``'value'``: clamp every gradient entry to ``[-clipping_threshold, clipping_threshold]``
+      (``torch.nn.utils.clip_grad_value_``).
+    - ``'adaptive'``: adaptive gradient clipping (AGC), unit by unit. For a unit with weights
+      :math:`W_i` and gradient :math:`G_i`, with :math:`\lambda` = ``clipping_threshold``:
+
+      .. math::
+          G_i \leftarrow G_i \cdot \min\Bigl(1,\ \frac{\lambda\,\max(\lVert W_i\rVert_2,
+          10^{-3})}{\lVert G_i\rVert_2}\Bigr)
+
+      A unit is a slice along dim 0 of a tensor with two or more dimensions (an output unit of
+      ``Linear``, an output channel of ``Conv*d``, a row of ``Embedding``; for
+      ``ConvTranspose*d`` dim 0 is the input channel, as in the paper's reference code and
+      timm), and the whole tensor for 0-D and 1-D tensors (biases, normalisation gains). The
+      :math:`10^{-3}` floor lets zero-initialised weights learn. The paper does not clip the
+      final classifier layer: pass the parameters you want clipped. Norms accumulate in float32
+      (float64 for float64 tensors). On accelerators the norms of all 0-D/1-D tensors take one
+      foreach launch, those of larger tensors one reduction each, and all products one foreach
+      launch; on CPU each large gradient is rescaled right after its norm, while in cache.
+
+    Args:
+        parameters: a tensor, an iterable of tensors, or an ``nn.Module`` (its parameters).
+        clipping_type: ``'norm'``, ``'value'`` or ``'adaptive'``.
+        clipping_threshold: the maximum norm (``'norm'``), maximum absolute value
+            (``'value'``) or maximum gradient-to-weight norm ratio :math:`\lambda`
+            (``'adaptive'``); a finite number > 0.
+
+    Returns:
+        For ``'norm'`` and ``'adaptive'``, the L2 norm of all the gradients together before
+        clipping, a 0-d tensor on the first parameter's device (0 when no parameter has a
+        gradient); non-finite gradients give a non-finite norm and, as in torch, non-finite
+        clipped gradients. For ``'value'``, None (element-wise clipping computes no norm).
+
+    Example:
+        >>> import torch
+        >>> from functional import apply_gradient_clipping
+        >>> model = torch.nn.Linear(3, 2)
+        >>> model(torch.randn(4, 3)).pow(2).sum().mul(100).backward()
+        >>> norm = apply_gradient_clipping(model.parameters(), "adaptive", 0.01)
+        >>> bool(norm > 0)
+        True
+        >>> ratio = model.weight.grad.norm(dim=1) / model.weight.norm(dim=1)
+        >>> bool((ratio <= 0.01 + 1e-6).all())
+        True
+    """
+    if not isinstance(clipping_type, str):
+        raise TypeError(f"clipping_type must be a str, got {type(clipping_type).__name__}")
+    check_one_of(clipping_type, "clipping_type", CLIPPING_TYPES)
+    threshold = check_positive(clipping_threshold, "clipping_threshold")
+    params = _as_parameter_list(parameters)
+    if clipping_type == "norm":
+        return torch.nn.utils.clip_grad_norm_(params, max_norm=threshold)
+    if clipping_type == "value":
+        torch.nn.utils.clip_grad_value_(params, clip_value=threshold)
+        return None
+    with_grad = [p for p in params if p.grad is not None]
+    for p in with_grad:
+        if p.grad.is_sparse:
+            raise TypeError("apply_gradient_clipping('adaptive') does not support sparse gradients")
+    with torch.no_grad():
+        return _adaptive_clip_(
+            [p.detach() for p in with_grad], [p.grad for p in with_grad], threshold
+        )

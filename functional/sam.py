@@ -1,0 +1,347 @@
+"""Sharpness-Aware Minimization (Foret et al. 2021) as a wrapper around any torch optimizer.
+
+Paper: P. Foret, A. Kleiner, H. Mobahi, B. Neyshabur, "Sharpness-Aware Minimization for
+Efficiently Improving Generalization", ICLR 2021, https://arxiv.org/abs/2010.01412.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.optim import Optimizer
+
+from functional._checks import (
+    check_int,
+    check_positive,
+    foreach_total_norm,
+    group_by_device_and_dtype,
+)
+
+__all__ = ["SAMOptimizer"]
+
+
+class _GradientsView:
+    """Stand-in optimizer handed to ``GradScaler.unscale_`` for the second (perturbed) pass.
+
+    A ``GradScaler`` unscales each optimizer once per iteration; SAM produces two sets of scaled
+    gradients per iteration, so the second set is unscaled through this view of the same
+    parameters. Its inf/NaN check joins the scaler's bookkeeping, so ``scaler.update()`` backs
+    off when either pass overflowed.
+    """
+
+    def __init__(self, sam: SAMOptimizer) -> None:
+        self._sam = sam
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self._sam.param_groups
+
+
+class SAMOptimizer(Optimizer):
+    r"""Wrap ``base_optimizer`` so that each step minimises the sharpness-aware loss.
+
+    SAM replaces the gradient at the weights :math:`w` by the gradient at the worst point of a
+    small L2 ball around them, to first order:
+
+    .. math::
+        \hat\epsilon(w) = \rho\,\frac{g}{\lVert g\rVert_2 + \varepsilon},\qquad
+        g = \nabla L(w),\qquad
+        w \leftarrow \operatorname{base\_step}\bigl(w,\ \nabla L(w + \hat\epsilon(w))\bigr)
+
+    where :math:`\lVert g\rVert_2` is the norm of the gradients of *all* parameters together
+    (those whose ``.grad`` is None are neither counted nor perturbed).
+
+    ``step(closure)`` needs a closure that zeroes the gradients, computes the loss, calls
+    ``backward`` and returns the loss. Steps are numbered 1, 2, 3, ... (``global_step`` counts
+    the calls made so far); step ``n`` is a *SAM step* when ``n % interval == 0``, so with
+    ``interval=1`` every step is one and with ``interval=k`` steps ``k, 2k, 3k, ...`` are. On a
+    SAM step the closure runs at :math:`w` and at :math:`w + \hat\epsilon(w)`; the weights are
+    then restored bit for bit (from a saved copy, not by subtracting :math:`\hat\epsilon`) and
+    the base optimizer steps from :math:`w` with the gradient of the second pass. Other steps
+    run the closure once and step the base optimizer. ``step`` returns the closure's loss at
+    :math:`w` (the first pass) in both cases. The norm and the perturbation use
+    ``torch._foreach_*`` kernels, one launch per device and dtype, with no Python loop over
+    parameters in the arithmetic; the copy of :math:`w` lives in scratch buffers kept between
+    steps (one parameter-sized copy, the extra memory SAM needs anyway).
+
+    The wrapper shares the base optimizer's ``param_groups``, ``state`` and ``defaults`` (the
+    same objects), so LR schedulers can drive either object, ``add_param_group`` adds to both,
+    and ``state_dict()`` is the base optimizer's plus a ``"sam"`` entry (``global_step`` and the
+    hyperparameters); ``load_state_dict`` restores both, and also accepts a plain state dict of
+    the base optimizer (the ``"sam"`` entry is then left as it is). A SAM state dict loads into
+    the bare base optimizer too (torch ignores the extra key).
+
+    Mixed precision: with bfloat16 autocast no scaler is needed. For float16 with
+    ``torch.amp.GradScaler`` pass ``grad_scaler=scaler``, call ``scaler.scale(loss).backward()``
+    inside the closure, call ``opt.step(closure)`` (not ``scaler.step``, which refuses closures)
+    and then ``scaler.update()``. Each pass's gradients are unscaled before they are used (the
+    norm is taken on true gradients); if the first pass has inf/NaN gradients the step is
+    skipped without a second pass, if the second has them the weights are restored and the step
+    is skipped; either way ``scaler.update()`` then lowers the scale, as with ``scaler.step``.
+
+    Distributed data parallel: the closure's ``backward`` all-reduces the gradients, so the norm
+    and :math:`\hat\epsilon` are computed from the averaged gradient and every rank applies the
+    same perturbation and the same update: replicas stay identical. (The paper's per-device
+    "m-sharpness" variant, which perturbs each replica with its local gradient, is not what this
+    does.) Sharded parameters (FSDP) are not supported: the norm would be that of the local
+    shard.
+
+    Args:
+        base_optimizer: the optimizer that performs the update (SGD, AdamW, ...).
+        rho: radius :math:`\rho` of the neighbourhood, >= 0 (0 makes every step a plain one).
+        epsilon: :math:`\varepsilon` added to the gradient norm, > 0.
+        interval: every ``interval``-th step is a SAM step, >= 1.
+        grad_scaler: optional ``torch.amp.GradScaler`` whose scaled gradients the closure
+            produces (see above).
+
+    Example:
+        >>> import torch
+        >>> from functional import SAMOptimizer
+        >>> model = torch.nn.Linear(4, 1)
+        >>> opt = SAMOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), rho=0.05)
+        >>> x, y = torch.randn(8, 4), torch.randn(8, 1)
+        >>> def closure():
+        ...     opt.zero_grad()
+        ...     loss = torch.nn.functional.mse_loss(model(x), y)
+        ...     loss.backward()
+        ...     return loss
+        >>> loss = opt.step(closure)
+        >>> opt.global_step
+        1
+    """
+
+    # On CPU the perturbation is one fused w += s·g pass (reading the CPU scalar s is free);
+    # elsewhere s stays a device tensor. Tests switch this off to run the accelerator path on CPU.
+    _scalar_alpha_on_cpu = True
+
+    def __init__(
+        self,
+        base_optimizer: Optimizer,
+        rho: float = 0.05,
+        epsilon: float = 1e-12,
+        interval: int = 1,
+        *,
+        grad_scaler: torch.amp.GradScaler | None = None,
+    ) -> None:
+        if not isinstance(base_optimizer, Optimizer):
+            raise TypeError(
+                f"base_optimizer must be a torch.optim.Optimizer, got {type(base_optimizer).__name__}"
+            )
+        if isinstance(base_optimizer, SAMOptimizer):
+            raise TypeError(
+                "base_optimizer is already a SAMOptimizer; wrap the inner optimizer once"
+            )
+        if grad_scaler is not None and not isinstance(grad_scaler, torch.amp.GradScaler):
+            raise TypeError(
+                f"grad_scaler must be a torch.amp.GradScaler or None, got {type(grad_scaler).__name__}"
+            )
+        self.base_optimizer = base_optimizer
+        self.rho = check_positive(rho, "rho", allow_zero=True)
+        self.epsilon = check_positive(epsilon, "epsilon")
+        self.interval = check_int(interval, "interval", minimum=1)
+        self.grad_scaler = grad_scaler
+        self.global_step = 0
+        self._second_pass = _GradientsView(self)
+        self._scratch: list[torch.Tensor] = []
+        self._scratch_layout: list[tuple[Any, ...]] = []
+        # What torch.optim.Optimizer.__init__ sets up, minus the parameter bookkeeping, which
+        # lives in the base optimizer (see the properties below).
+        self._optimizer_step_pre_hooks = OrderedDict()
+        self._optimizer_step_post_hooks = OrderedDict()
+        self._optimizer_state_dict_pre_hooks = OrderedDict()
+        self._optimizer_state_dict_post_hooks = OrderedDict()
+        self._optimizer_load_state_dict_pre_hooks = OrderedDict()
+        self._optimizer_load_state_dict_post_hooks = OrderedDict()
+        self._patch_step_function()
+        self._warned_capturable_if_run_uncaptured = True
+
+    # The parameter bookkeeping is the base optimizer's: the same objects, never copies, so
+    # schedulers, checkpoints and surgery see one truth whichever object they are given.
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        return self.base_optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value: list[dict[str, Any]]) -> None:
+        self.base_optimizer.param_groups = value
+
+    @property
+    def state(self) -> Any:  # type: ignore[override]
+        return self.base_optimizer.state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self.base_optimizer.state = value
+
+    @property
+    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.base_optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, value: dict[str, Any]) -> None:
+        self.base_optimizer.defaults = value
+
+    def is_sam_step(self) -> bool:
+        """Whether the next call to :meth:`step` is a SAM step (two passes)."""
+        return (self.global_step + 1) % self.interval == 0
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a param group to the base optimizer (and so to this one)."""
+        self.base_optimizer.add_param_group(param_group)
+
+    def _sam_hyperparameters(self) -> dict[str, Any]:
+        return {
+            "global_step": self.global_step,
+            "rho": self.rho,
+            "epsilon": self.epsilon,
+            "interval": self.interval,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base optimizer's state dict plus ``"sam"``: ``global_step``, ``rho``, ``epsilon``,
+        ``interval``."""
+        for pre_hook in self._optimizer_state_dict_pre_hooks.values():
+            pre_hook(self)
+        state = self.base_optimizer.state_dict()
+        state["sam"] = self._sam_hyperparameters()
+        for post_hook in self._optimizer_state_dict_post_hooks.values():
+            hooked = post_hook(self, state)
+            if hooked is not None:
+                state = hooked
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a state dict made by :meth:`state_dict` (or by the bare base optimizer)."""
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}")
+        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
+            hooked = pre_hook(self, state_dict)
+            if hooked is not None:
+                state_dict = hooked
+        base_state = dict(state_dict)
+        sam_state = base_state.pop("sam", None)
+        if sam_state is not None:
+            expected = set(self._sam_hyperparameters())
+            if not isinstance(sam_state, dict) or set(sam_state) != expected:
+                raise ValueError(
+                    f"state_dict['sam'] must be a dict with keys {sorted(expected)}, got {sam_state!r}"
+                )
+            global_step = check_int(
+                sam_state["global_step"], "state_dict['sam']['global_step']", minimum=0
+            )
+            rho = check_positive(sam_state["rho"], "state_dict['sam']['rho']", allow_zero=True)
+            epsilon = check_positive(sam_state["epsilon"], "state_dict['sam']['epsilon']")
+            interval = check_int(sam_state["interval"], "state_dict['sam']['interval']", minimum=1)
+        self.base_optimizer.load_state_dict(base_state)
+        if sam_state is not None:
+            self.global_step, self.rho, self.epsilon, self.interval = (
+                global_step,
+                rho,
+                epsilon,
+                interval,
+            )
+        for post_hook in self._optimizer_load_state_dict_post_hooks.values():
+            post_hook(self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # torch.optim.Optimizer pickles only defaults/state/param_groups, which here belong to
+        # the base optimizer: keep the whole wrapper instead, minus the scratch buffers.
+        state = self.__dict__.copy()
+        state["_scratch"], state["_scratch_layout"] = [], []
+        return state
+
+    def _saved_buffers(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Scratch tensors shaped like ``params`` for the copy of w, kept between steps.
+
+        Reusing them spares the allocator a parameter-sized allocation and free per SAM step
+        (on CPU, glibc returns such blocks to the OS and every step page-faults them back). They
+        hold no state: any tensors of the right layout do, so they are matched by layout alone.
+        """
+        layout = [(p.shape, p.stride(), p.dtype, p.device) for p in params]
+        if layout != self._scratch_layout:
+            self._scratch = [torch.empty_like(p, requires_grad=False) for p in params]
+            self._scratch_layout = layout
+        return self._scratch
+
+    def __repr__(self) -> str:
+        inner = repr(self.base_optimizer).replace("\n", "\n    ")
+        return (
+            f"{type(self).__name__}(rho={self.rho}, epsilon={self.epsilon}, "
+            f"interval={self.interval},\n    base_optimizer={inner})"
+        )
+
+    def _unscale_and_check(self, owner: object) -> bool:
+        """Unscale the current gradients with the grad scaler; True when they are all finite."""
+        scaler = self.grad_scaler
+        if scaler is None or not scaler.is_enabled():
+            return True
+        scaler.unscale_(owner)  # type: ignore[arg-type]
+        # GradScaler keeps the inf/NaN flags it just computed per optimizer (keyed by id); this is
+        # where GradScaler.step reads them too.
+        found = scaler._per_optimizer_states[id(owner)]["found_inf_per_device"]
+        return not sum(v.item() for v in found.values())
+
+    def _gradients(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        params, grads = [], []
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    if p.grad.is_sparse:
+                        raise TypeError("SAMOptimizer does not support sparse gradients")
+                    params.append(p)
+                    grads.append(p.grad)
+        return params, grads
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        """Run one (SAM or plain) step; see the class docstring. Returns the loss at ``w``."""
+        if closure is None or not callable(closure):
+            raise TypeError(
+                "SAMOptimizer.step requires closure: a callable that zeroes the gradients, "
+                f"computes the loss, calls backward() and returns the loss; got {closure!r}"
+            )
+        sam_step = self.is_sam_step()
+        with torch.enable_grad():
+            loss = closure()
+        self.global_step += 1
+        if not self._unscale_and_check(self):
+            return loss  # inf/NaN gradients: skip, the scaler lowers its scale on update()
+        if not sam_step or self.rho == 0.0:
+            self.base_optimizer.step()
+            return loss
+
+        with torch.no_grad():
+            params, grads = self._gradients()
+            if not params:
+                self.base_optimizer.step()
+                return loss
+            scale = self.rho / (foreach_total_norm(grads) + self.epsilon)
+            saved = self._saved_buffers(params)
+            groups = group_by_device_and_dtype(params, grads, saved)
+            for (device, _), (ps, gs, ws) in groups.items():
+                torch._foreach_copy_(ws, ps)
+                if (
+                    device.type == "cpu"
+                    and scale.device.type == "cpu"
+                    and self._scalar_alpha_on_cpu
+                ):
+                    # Reading a CPU scalar costs no device sync: w += s·g in one pass.
+                    torch._foreach_add_(ps, gs, alpha=scale.item())
+                else:
+                    # No sync on accelerators: e(w) = g·ρ/(‖g‖+ε) is formed in the gradient
+                    # buffers (the closure zeroes them next), then added.
+                    torch._foreach_mul_(gs, scale.to(device))
+                    torch._foreach_add_(ps, gs)
+        try:
+            with torch.enable_grad():
+                closure()
+            finite = self._unscale_and_check(self._second_pass)
+        finally:
+            with torch.no_grad():
+                for ps, _, ws in groups.values():
+                    torch._foreach_copy_(ps, ws)  # bitwise restore of w
+        if finite:
+            self.base_optimizer.step()
+        return loss

@@ -1,0 +1,188 @@
+"""apply_gradient_clipping: AGC against a slow per-unit loop, and the torch-backed modes."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+import functional.gradient_clipping as gradient_clipping
+from functional import apply_gradient_clipping
+
+
+@pytest.fixture(autouse=True, params=["cpu-schedule", "accelerator-schedule"])
+def schedule(request, monkeypatch):
+    """Run every test through both AGC schedules (see functional.gradient_clipping)."""
+    if request.param == "accelerator-schedule":
+        monkeypatch.setattr(gradient_clipping, "_CACHE_FRIENDLY_DEVICES", set())
+    return request.param
+
+
+def reference_agc(params: list[torch.Tensor], threshold: float) -> list[torch.Tensor | None]:
+    """Obviously-correct AGC: a Python loop over every unit of every parameter, in float64."""
+    out = []
+    for p in params:
+        if p.grad is None:
+            out.append(None)
+            continue
+        w, g = p.detach().double(), p.grad.double().clone()
+        units = [(w, g)] if p.ndim <= 1 else [(w[i], g[i]) for i in range(p.shape[0])]
+        for wu, gu in units:
+            max_norm = threshold * max(wu.norm().item(), 1e-3)
+            gn = gu.norm().item()
+            if gn > max_norm:
+                gu.mul_(max_norm / gn)
+        out.append(g)
+    return out
+
+
+class Zoo(nn.Module):
+    """Every kind of parameter AGC meets: conv, linear, embedding, transposed conv, norms, a
+    scalar, a zero-initialised layer and a parameter that gets no gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 6)
+        self.conv = nn.Conv2d(3, 5, 3, padding=1)
+        self.bn = nn.BatchNorm2d(5)
+        self.up = nn.ConvTranspose2d(5, 4, 2, stride=2)
+        self.zero = nn.Linear(4, 3)
+        nn.init.zeros_(self.zero.weight)
+        nn.init.zeros_(self.zero.bias)
+        self.head = nn.Linear(6 + 3, 2)
+        self.temperature = nn.Parameter(torch.tensor(1.5))
+        self.unused = nn.Parameter(torch.randn(3))
+
+    def forward(self, x: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.up(torch.relu(self.bn(self.conv(x)))).mean(dim=(2, 3))
+        feats = torch.cat([self.emb(tokens).mean(1), self.zero(h)], dim=1)
+        return self.head(feats) * self.temperature
+
+
+def zoo_with_grads(scale: float = 100.0) -> Zoo:
+    torch.manual_seed(0)
+    model = Zoo()
+    out = model(torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4, 5)))
+    (out.pow(2).sum() * scale).backward()
+    return model
+
+
+@pytest.mark.parametrize("threshold", [1e-3, 0.01, 0.1, 10.0])
+def test_adaptive_matches_per_unit_reference(threshold):
+    model = zoo_with_grads()
+    params = list(model.parameters())
+    expected = reference_agc(params, threshold)
+    pre_norm = torch.sqrt(sum(p.grad.double().pow(2).sum() for p in params if p.grad is not None))
+    norm = apply_gradient_clipping(model.parameters(), "adaptive", threshold)
+    torch.testing.assert_close(norm.double(), pre_norm, rtol=1e-6, atol=0)
+    for p, e in zip(params, expected, strict=True):
+        if e is None:
+            assert p.grad is None
+        else:
+            torch.testing.assert_close(p.grad.double(), e, rtol=1e-5, atol=1e-8)
+
+
+def test_adaptive_on_resnet18_matches_reference():
+    torch.manual_seed(1)
+    model = torchvision.models.resnet18(num_classes=10)
+    nn.functional.cross_entropy(model(torch.randn(2, 3, 32, 32)), torch.tensor([1, 7])).backward()
+    params = list(model.parameters())
+    expected = reference_agc(params, 0.01)
+    apply_gradient_clipping(model, "adaptive", 0.01)
+    for p, e in zip(params, expected, strict=True):
+        torch.testing.assert_close(p.grad.double(), e, rtol=1e-5, atol=1e-9)
+
+
+def test_adaptive_zero_weights_still_learn():
+    """The 1e-3 floor: a zero-initialised layer keeps a gradient of norm λ·1e-3 per unit."""
+    model = zoo_with_grads()
+    apply_gradient_clipping([model.zero.weight, model.zero.bias], "adaptive", 0.5)
+    row_norms = model.zero.weight.grad.norm(dim=1)
+    assert (row_norms > 0).all()
+    torch.testing.assert_close(row_norms, torch.full_like(row_norms, 0.5e-3))
+    torch.testing.assert_close(model.zero.bias.grad.norm(), torch.tensor(0.5e-3))
+
+
+def test_adaptive_leaves_small_gradients_bitwise_alone():
+    model = zoo_with_grads(scale=1e-6)
+    before = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    apply_gradient_clipping(model.parameters(), "adaptive", 1.0)
+    for p, g in zip(model.parameters(), before, strict=True):
+        assert (p.grad is None and g is None) or torch.equal(p.grad, g)
+
+
+def test_adaptive_channels_last_and_bfloat16():
+    torch.manual_seed(2)
+    conv = nn.Conv2d(4, 6, 3).to(memory_format=torch.channels_last)
+    conv.weight.grad = torch.randn_like(conv.weight) * 10
+    conv.bias.grad = torch.randn_like(conv.bias)
+    half = copy.deepcopy(conv).to(torch.bfloat16)
+    half.weight.grad = conv.weight.grad.to(torch.bfloat16)
+    half.bias.grad = conv.bias.grad.to(torch.bfloat16)
+    expected = reference_agc(list(half.parameters()), 0.05)
+    apply_gradient_clipping(conv, "adaptive", 0.05)
+    apply_gradient_clipping(half, "adaptive", 0.05)
+    assert half.weight.grad.dtype == torch.bfloat16
+    assert conv.weight.grad.is_contiguous(memory_format=torch.channels_last)
+    for p, e in zip(half.parameters(), expected, strict=True):
+        torch.testing.assert_close(p.grad.double(), e, rtol=2e-2, atol=1e-4)
+
+
+def test_adaptive_float64_and_single_tensor():
+    w = nn.Parameter(torch.randn(3, 4, dtype=torch.float64))
+    w.grad = torch.randn(3, 4, dtype=torch.float64) * 50
+    expected = reference_agc([w], 0.02)[0]
+    norm = apply_gradient_clipping(w, "adaptive", 0.02)
+    assert norm.dtype == torch.float64
+    torch.testing.assert_close(w.grad, expected, rtol=1e-12, atol=0)
+
+
+def test_norm_mode_is_clip_grad_norm():
+    model, twin = zoo_with_grads(), zoo_with_grads()
+    expected = torch.nn.utils.clip_grad_norm_(twin.parameters(), 0.5)
+    norm = apply_gradient_clipping(model.parameters(), "norm", 0.5)
+    torch.testing.assert_close(norm, expected)
+    assert norm > 0.5  # the pre-clip norm
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        assert (p.grad is None and q.grad is None) or torch.equal(p.grad, q.grad)
+    clipped = torch.sqrt(sum(p.grad.pow(2).sum() for p in model.parameters() if p.grad is not None))
+    torch.testing.assert_close(clipped, torch.tensor(0.5), rtol=1e-5, atol=0)
+
+
+def test_value_mode_clamps_and_returns_none():
+    model = zoo_with_grads()
+    grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    assert apply_gradient_clipping(iter(model.parameters()), "value", 0.1) is None
+    for p, g in zip(model.parameters(), grads, strict=True):
+        if g is not None:
+            assert torch.equal(p.grad, g.clamp(-0.1, 0.1))
+
+
+def test_no_gradients_at_all():
+    layer = nn.Linear(2, 2)
+    assert apply_gradient_clipping(layer, "adaptive", 0.1).item() == 0.0
+    assert apply_gradient_clipping(layer, "norm", 0.1).item() == 0.0
+    assert apply_gradient_clipping([], "adaptive", 0.1).item() == 0.0
+
+
+def test_validation():
+    layer = nn.Linear(2, 2)
+    with pytest.raises(
+        ValueError, match="clipping_type must be one of 'norm', 'value', 'adaptive'; got 'agc'"
+    ):
+        apply_gradient_clipping(layer, "agc", 0.1)
+    with pytest.raises(TypeError, match="clipping_type must be a str"):
+        apply_gradient_clipping(layer, None, 0.1)
+    for bad in (0, -1.0, float("inf")):
+        with pytest.raises(ValueError, match="clipping_threshold must be a finite number > 0"):
+            apply_gradient_clipping(layer, "adaptive", bad)
+    with pytest.raises(TypeError, match=r"parameters\[1\] must be a torch.Tensor, got str"):
+        apply_gradient_clipping([layer.weight, "bias"], "norm", 1.0)
+    with pytest.raises(
+        TypeError,
+        match=r"parameters must be a tensor, an iterable of tensors or an nn\.Module, got int",
+    ):
+        apply_gradient_clipping(3, "norm", 1.0)

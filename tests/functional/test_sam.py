@@ -1,0 +1,462 @@
+"""SAMOptimizer: the update rule against hand-computed steps, the interval rule, exact weight
+restoration, optimizer plumbing (param groups, schedulers, state dicts) and mixed precision."""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+from functional import SAMOptimizer
+
+# --------------------------------------------------------------------------------------------
+# A linear least-squares problem whose gradients we can write down by hand.
+# loss(w) = mean((X w - y)^2), grad(w) = 2/n · Xᵀ (X w - y)
+# --------------------------------------------------------------------------------------------
+
+X = torch.tensor(
+    [[1.0, 2.0, -1.0], [0.5, -1.0, 2.0], [-2.0, 0.0, 1.0], [1.5, 1.0, 0.5], [0.0, -0.5, -1.5]],
+    dtype=torch.float64,
+)
+Y = torch.tensor([1.0, -2.0, 0.5, 3.0, -1.0], dtype=torch.float64)
+W0 = [0.3, -0.2, 0.1]
+
+
+def grad_by_hand(w: torch.Tensor) -> torch.Tensor:
+    return 2.0 / X.shape[0] * X.T @ (X @ w - Y)
+
+
+def loss_by_hand(w: torch.Tensor) -> torch.Tensor:
+    return ((X @ w - Y) ** 2).mean()
+
+
+def regression_closure(w: nn.Parameter, opt: torch.optim.Optimizer, calls: list | None = None):
+    def closure():
+        if calls is not None:
+            calls.append(w.detach().clone())
+        opt.zero_grad()
+        loss = ((X @ w - Y) ** 2).mean()
+        loss.backward()
+        return loss
+
+    return closure
+
+
+@pytest.fixture(params=["cpu-path", "accelerator-path"])
+def perturbation_path(request, monkeypatch):
+    """Run a test through both ways of applying the perturbation (see SAMOptimizer.step)."""
+    if request.param == "accelerator-path":
+        monkeypatch.setattr(SAMOptimizer, "_scalar_alpha_on_cpu", False)
+    return request.param
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_matches_hand_computed_steps(momentum, perturbation_path):
+    rho, eps, lr = 0.1, 1e-12, 0.05
+    w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
+    opt = SAMOptimizer(torch.optim.SGD([w], lr=lr, momentum=momentum), rho=rho, epsilon=eps)
+    closure = regression_closure(w, opt)
+
+    w_ref = torch.tensor(W0, dtype=torch.float64)
+    buf = None
+    for _ in range(3):
+        g = grad_by_hand(w_ref)
+        g_sam = grad_by_hand(w_ref + rho * g / (g.norm() + eps))
+        buf = g_sam if buf is None or momentum == 0 else momentum * buf + g_sam
+        expected_loss = loss_by_hand(w_ref)
+        w_ref = w_ref - lr * buf
+
+        loss = opt.step(closure)
+        torch.testing.assert_close(loss.detach(), expected_loss, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(w.detach(), w_ref, rtol=1e-12, atol=1e-14)
+
+
+def test_second_pass_runs_at_the_perturbed_point(perturbation_path):
+    rho = 0.2
+    w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
+    opt = SAMOptimizer(torch.optim.SGD([w], lr=0.1), rho=rho)
+    calls: list[torch.Tensor] = []
+    opt.step(regression_closure(w, opt, calls))
+    w0 = torch.tensor(W0, dtype=torch.float64)
+    g = grad_by_hand(w0)
+    assert len(calls) == 2
+    torch.testing.assert_close(calls[0], w0, rtol=0, atol=0)
+    torch.testing.assert_close(calls[1], w0 + rho * g / (g.norm() + 1e-12), rtol=1e-12, atol=1e-14)
+    # the perturbation has length rho
+    assert math.isclose((calls[1] - calls[0]).norm().item(), rho, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("interval", [1, 2, 3])
+def test_interval_rule(interval):
+    w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
+    opt = SAMOptimizer(torch.optim.SGD([w], lr=0.01), interval=interval)
+    counts = []
+    for n in range(1, 8):
+        calls: list = []
+        assert opt.is_sam_step() == (n % interval == 0)
+        opt.step(regression_closure(w, opt, calls))
+        counts.append(len(calls))
+        assert opt.global_step == n
+    assert counts == [2 if n % interval == 0 else 1 for n in range(1, 8)]
+
+
+def test_plain_steps_equal_the_base_optimizer():
+    """interval > 1: the non-SAM steps are exactly base-optimizer steps (and so is rho=0)."""
+    for kwargs in ({"interval": 1000}, {"rho": 0.0}):
+        w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
+        v = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
+        sam = SAMOptimizer(torch.optim.SGD([w], lr=0.05, momentum=0.9), **kwargs)
+        base = torch.optim.SGD([v], lr=0.05, momentum=0.9)
+        for _ in range(3):
+            sam.step(regression_closure(w, sam))
+            base.step(regression_closure(v, base))
+        assert torch.equal(w, v)
+
+
+def small_cnn() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1, bias=False),  # a bias before BN has ~0 gradient
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 5),
+    )
+
+
+def cnn_closure(model, opt, x, y, record=None):
+    def closure():
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        if record is not None:
+            record.append([p.detach().clone() for p in model.parameters()])
+        return loss
+
+    return closure
+
+
+def test_weights_restored_bitwise_before_the_base_step(perturbation_path):
+    torch.manual_seed(1)
+    model = small_cnn()
+    x, y = torch.randn(6, 3, 8, 8), torch.randint(0, 5, (6,))
+    base = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = SAMOptimizer(base, rho=0.5)
+    seen_by_base = []
+    base.register_step_pre_hook(
+        lambda *_: seen_by_base.append([p.detach().clone() for p in model.parameters()])
+    )
+    before = [p.detach().clone() for p in model.parameters()]
+    record: list = []
+    opt.step(cnn_closure(model, opt, x, y, record))
+    assert len(seen_by_base) == 1
+    for w, seen in zip(before, seen_by_base[0], strict=True):
+        assert torch.equal(w, seen)
+    # Restoring by subtraction would not have been exact here, so the test can fail.
+    perturbed = record[1]
+    inexact = [not torch.equal((p - (p - w)), w) for p, w in zip(perturbed, before, strict=True)]
+    assert any(inexact)
+
+
+def test_params_without_grad_are_ignored():
+    torch.manual_seed(2)
+    model = small_cnn()
+    unused = nn.Parameter(torch.randn(4))
+    x, y = torch.randn(4, 3, 8, 8), torch.randint(0, 5, (4,))
+    twin = copy.deepcopy(model)
+    opt = SAMOptimizer(torch.optim.SGD([*model.parameters(), unused], lr=0.1, momentum=0.9))
+    ref = SAMOptimizer(torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9))
+    unused_before = unused.detach().clone()
+    for _ in range(2):
+        opt.step(cnn_closure(model, opt, x, y))
+        ref.step(cnn_closure(twin, ref, x, y))
+    assert torch.equal(unused, unused_before) and unused.grad is None
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def manual_sam_step(model, base, x, y, rho, eps, autocast=False):
+    """Slow reference: per-parameter arithmetic, torch.autograd.grad, then the base step."""
+    params = [p for p in model.parameters()]
+
+    def loss_at():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            return nn.functional.cross_entropy(model(x), y)
+
+    loss = loss_at()
+    grads = torch.autograd.grad(loss, params)
+    norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads))
+    saved = [p.detach().clone() for p in params]
+    with torch.no_grad():
+        for p, g in zip(params, grads, strict=True):
+            p.add_(g * (rho / (norm + eps)).to(g.dtype))
+    grads2 = torch.autograd.grad(loss_at(), params)
+    with torch.no_grad():
+        for p, w, g in zip(params, saved, grads2, strict=True):
+            p.copy_(w)
+            p.grad = g.clone()
+    base.step()
+    return loss.detach()
+
+
+@pytest.mark.parametrize(
+    "make_base",
+    [
+        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-3),
+        lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.05),
+    ],
+    ids=["sgd-momentum", "adamw"],
+)
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
+def test_matches_reference_on_a_cnn(make_base, autocast, perturbation_path):
+    torch.manual_seed(3)
+    model = small_cnn()
+    twin = copy.deepcopy(model)
+    x, y = torch.randn(8, 3, 8, 8), torch.randint(0, 5, (8,))
+    opt = SAMOptimizer(make_base(model.parameters()), rho=0.05)
+    ref_base = make_base(twin.parameters())
+
+    def closure():
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+
+    for _ in range(3):
+        loss = opt.step(closure)
+        ref_loss = manual_sam_step(twin, ref_base, x, y, 0.05, 1e-12, autocast=autocast)
+        torch.testing.assert_close(loss.detach(), ref_loss)
+        for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    # the base optimizer's state is the one being used (momentum buffers / Adam moments)
+    assert len(opt.state) == len(list(model.parameters()))
+
+
+def test_grad_scaler_step_equals_unscaled_step():
+    """Scaling by a power of two and unscaling is exact, so the runs agree bit for bit."""
+    torch.manual_seed(4)
+    model = small_cnn()
+    twin = copy.deepcopy(model)
+    x, y = torch.randn(8, 3, 8, 8), torch.randint(0, 5, (8,))
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12, growth_interval=1)
+    opt = SAMOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), grad_scaler=scaler
+    )
+    plain = SAMOptimizer(torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9))
+
+    def scaled_closure():
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        return loss
+
+    for _ in range(3):
+        opt.step(scaled_closure)
+        scaler.update()
+        plain.step(cnn_closure(twin, plain, x, y))
+        for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+            torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+    assert scaler.get_scale() == 2.0**15  # grew after each of the three good steps
+
+
+@pytest.mark.parametrize("bad_pass", [0, 1])
+def test_grad_scaler_skips_the_step_on_inf(bad_pass):
+    torch.manual_seed(5)
+    model = small_cnn()
+    x, y = torch.randn(4, 3, 8, 8), torch.randint(0, 5, (4,))
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    base = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt = SAMOptimizer(base, grad_scaler=scaler)
+    passes = []
+
+    def closure():
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        if len(passes) == bad_pass:
+            model[0].weight.grad[0, 0, 0, 0] = float("inf")
+        passes.append(1)
+        return loss
+
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = opt.step(closure)
+    scaler.update()
+    assert torch.isfinite(loss)
+    assert len(passes) == bad_pass + 1  # an overflow in the first pass skips the second
+    for p, w in zip(model.parameters(), before, strict=True):
+        assert torch.equal(p, w)
+    assert len(base.state) == 0  # no momentum buffer: the base optimizer never stepped
+    assert scaler.get_scale() == 2.0**9
+
+
+def test_param_groups_and_state_are_shared():
+    a, b = nn.Parameter(torch.randn(3)), nn.Parameter(torch.randn(2))
+    base = torch.optim.SGD([a], lr=0.1, momentum=0.9)
+    opt = SAMOptimizer(base)
+    assert opt.param_groups is base.param_groups
+    assert opt.state is base.state
+    assert opt.defaults is base.defaults
+    opt.add_param_group({"params": [b], "lr": 0.5})
+    assert len(base.param_groups) == 2 and base.param_groups[1]["params"] == [b]
+    assert base.param_groups[1]["momentum"] == 0.9  # defaults filled by the base optimizer
+    assert "rho" not in base.param_groups[0]  # SAM's own settings do not leak into the groups
+    opt.zero_grad()
+    assert "SAMOptimizer(rho=0.05" in repr(opt) and "SGD" in repr(opt)
+
+
+def test_lr_scheduler_drives_it(no_warnings):
+    w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
+    opt = SAMOptimizer(torch.optim.SGD([w], lr=0.1))
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    lrs = []
+    for _ in range(5):
+        before = w.detach().clone()
+        calls: list = []
+        opt.step(regression_closure(w, opt, calls))
+        lrs.append(opt.param_groups[0]["lr"])
+        # the base optimizer used the scheduled rate: w moved by lr · g(w + e)
+        g = grad_by_hand(before)
+        g_sam = grad_by_hand(before + 0.05 * g / (g.norm() + 1e-12))
+        torch.testing.assert_close(w.detach(), before - lrs[-1] * g_sam)
+        sched.step()
+    assert lrs == [0.1, 0.1, 0.05, 0.05, 0.025]
+
+
+def test_deepcopy_and_pickle_keep_the_wrapper():
+    import pickle
+
+    w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
+    opt = SAMOptimizer(torch.optim.SGD([w], lr=0.1, momentum=0.9), rho=0.2, interval=2)
+    opt.step(regression_closure(w, opt))
+    opt.step(regression_closure(w, opt))  # a SAM step: scratch buffers exist now
+    for clone in (copy.deepcopy(opt), pickle.loads(pickle.dumps(opt))):
+        assert isinstance(clone.base_optimizer, torch.optim.SGD)
+        assert (clone.rho, clone.interval, clone.global_step) == (0.2, 2, 2)
+        assert clone.param_groups is clone.base_optimizer.param_groups
+        (p,) = clone.param_groups[0]["params"]
+        assert p is not w and torch.equal(p, w)
+        assert torch.equal(clone.state[p]["momentum_buffer"], opt.state[w]["momentum_buffer"])
+        clone.step(regression_closure(p, clone))
+        clone.step(regression_closure(p, clone))
+        assert clone.global_step == 4
+
+
+def test_step_hooks_run_once_per_step():
+    w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
+    opt = SAMOptimizer(torch.optim.SGD([w], lr=0.1))
+    seen = []
+    opt.register_step_pre_hook(lambda *_: seen.append("pre"))
+    opt.register_step_post_hook(lambda *_: seen.append("post"))
+    opt.step(regression_closure(w, opt))
+    assert seen == ["pre", "post"]
+
+
+def test_state_dict_round_trip():
+    torch.manual_seed(6)
+    model = small_cnn()
+    x, y = torch.randn(6, 3, 8, 8), torch.randint(0, 5, (6,))
+
+    def make(m):
+        return SAMOptimizer(torch.optim.AdamW(m.parameters(), lr=1e-2), rho=0.1, interval=2)
+
+    opt = make(model)
+    for _ in range(3):
+        opt.step(cnn_closure(model, opt, x, y))
+    saved_model = copy.deepcopy(model.state_dict())
+    saved = copy.deepcopy(opt.state_dict())
+    assert saved["sam"] == {"global_step": 3, "rho": 0.1, "epsilon": 1e-12, "interval": 2}
+
+    resumed_model = small_cnn()
+    resumed_model.load_state_dict(saved_model)
+    resumed = SAMOptimizer(torch.optim.AdamW(resumed_model.parameters(), lr=1.0), rho=0.7)
+    resumed.load_state_dict(saved)
+    assert (resumed.global_step, resumed.rho, resumed.interval) == (3, 0.1, 2)
+    assert resumed.param_groups[0]["lr"] == 1e-2
+    assert resumed.is_sam_step() == opt.is_sam_step()
+    for _ in range(3):
+        opt.step(cnn_closure(model, opt, x, y))
+        resumed.step(cnn_closure(resumed_model, resumed, x, y))
+    for p, q in zip(model.parameters(), resumed_model.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+    # A SAM state dict loads into the bare base optimizer, and a bare one into SAM.
+    bare = torch.optim.AdamW(small_cnn().parameters(), lr=1.0)
+    bare.load_state_dict(saved)
+    assert bare.param_groups[0]["lr"] == 1e-2
+    fresh = make(small_cnn())
+    fresh.load_state_dict(bare.state_dict())
+    assert fresh.global_step == 0 and fresh.param_groups[0]["lr"] == 1e-2
+    with pytest.raises(ValueError, match=r"state_dict\['sam'\]"):
+        fresh.load_state_dict({**saved, "sam": {"global_step": 1}})
+
+
+def test_resnet18_step_with_bf16_autocast():
+    torch.manual_seed(7)
+    model = torchvision.models.resnet18(num_classes=4)
+    x, y = torch.randn(2, 3, 32, 32), torch.randint(0, 4, (2,))
+    opt = SAMOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), rho=0.05)
+
+    def closure():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = opt.step(closure)
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    moved = [not torch.equal(p, w) for p, w in zip(model.parameters(), before, strict=True)]
+    assert all(moved)
+
+
+def test_closure_exception_restores_the_weights():
+    w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
+    opt = SAMOptimizer(torch.optim.SGD([w], lr=0.1))
+    passes = []
+
+    def closure():
+        passes.append(1)
+        if len(passes) == 2:
+            raise RuntimeError("boom")
+        return regression_closure(w, opt)()
+
+    with pytest.raises(RuntimeError, match="boom"):
+        opt.step(closure)
+    assert torch.equal(w.detach(), torch.tensor(W0, dtype=torch.float64))
+
+
+def test_validation():
+    w = nn.Parameter(torch.zeros(2))
+    sgd = torch.optim.SGD([w], lr=0.1)
+    with pytest.raises(TypeError, match=r"base_optimizer must be a torch\.optim\.Optimizer"):
+        SAMOptimizer([w])
+    with pytest.raises(ValueError, match=r"rho must be a finite number >= 0, got -0\.1"):
+        SAMOptimizer(sgd, rho=-0.1)
+    with pytest.raises(ValueError, match="epsilon must be a finite number > 0, got 0"):
+        SAMOptimizer(sgd, epsilon=0)
+    with pytest.raises(ValueError, match="interval must be >= 1, got 0"):
+        SAMOptimizer(sgd, interval=0)
+    with pytest.raises(TypeError, match="interval must be an int"):
+        SAMOptimizer(sgd, interval=1.5)
+    with pytest.raises(TypeError, match=r"grad_scaler must be a torch\.amp\.GradScaler"):
+        SAMOptimizer(sgd, grad_scaler=object())
+    with pytest.raises(TypeError, match="already a SAMOptimizer"):
+        SAMOptimizer(SAMOptimizer(sgd))
+    with pytest.raises(TypeError, match="requires closure"):
+        SAMOptimizer(sgd).step()
+
+
+def test_no_warnings_from_a_plain_loop():
+    w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
+    opt = SAMOptimizer(torch.optim.SGD([w], lr=0.1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt.step(regression_closure(w, opt))
