@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml | $(PY)
 	@touch $(STAMP)
 
 test: $(STAMP)
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q
+	OMP_WAIT_POLICY=PASSIVE HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q
 
 demo: $(STAMP)
 	$(PY) -m benchmarks.demo $(DEMO_ARGS)

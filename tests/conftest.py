@@ -9,6 +9,10 @@ from __future__ import annotations
 import os
 import warnings
 
+# Tiny ops on a busy 2-core machine: spinning OpenMP threads waste the other core. Must be set
+# before torch initialises OpenMP.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import hypothesis
 import pytest
 import torch
