@@ -314,29 +314,41 @@ def _enhance_sharpness(img: Image.Image, factor: float) -> Image.Image:
     return Image.frombytes(img.mode, img.size, res)
 
 
-def _symmetric(enhance: Callable[[Image.Image, float], Image.Image]) -> Kernel:
-    def kernel(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
-        assert src is not None
-        return enhance(img, symmetric_factor(level, _sign(src)))
-
-    return kernel
+def _color(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+    assert src is not None
+    return _enhance_color(img, symmetric_factor(level, _sign(src)))
 
 
-def _original(enhance: Callable[[Image.Image, float], Image.Image]) -> Kernel:
-    def kernel(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
-        return enhance(img, original_factor(level))
-
-    return kernel
+def _color_original(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+    return _enhance_color(img, original_factor(level))
 
 
-_color = _symmetric(_enhance_color)
-_contrast = _symmetric(_enhance_contrast)
-_brightness = _symmetric(_enhance_brightness)
-_sharpness = _symmetric(_enhance_sharpness)
-_color_original = _original(_enhance_color)
-_contrast_original = _original(_enhance_contrast)
-_brightness_original = _original(_enhance_brightness)
-_sharpness_original = _original(_enhance_sharpness)
+def _contrast(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+    assert src is not None
+    return _enhance_contrast(img, symmetric_factor(level, _sign(src)))
+
+
+def _contrast_original(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+    return _enhance_contrast(img, original_factor(level))
+
+
+def _brightness(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+    assert src is not None
+    return _enhance_brightness(img, symmetric_factor(level, _sign(src)))
+
+
+def _brightness_original(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+    return _enhance_brightness(img, original_factor(level))
+
+
+def _sharpness(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+    assert src is not None
+    return _enhance_sharpness(img, symmetric_factor(level, _sign(src)))
+
+
+def _sharpness_original(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+    return _enhance_sharpness(img, original_factor(level))
+
 
 _RANDOM_KERNELS = frozenset(
     {_rotate, _shear_x, _shear_y, _translate_x, _translate_y}
