@@ -1,15 +1,15 @@
 """Shared plumbing of the ``augment`` package: image kinds, randomness, argument checks.
 
 Randomness. Every public callable takes ``rng: random.Random | numpy.random.Generator | None``.
-Internally all draws come from a :class:`random.Random` (scalar draws are ~10x cheaper than
-NumPy's), obtained per call by :func:`call_source`:
+Internally every draw goes through a :class:`random.Random` interface (Python's scalar draws
+are ~10x cheaper than NumPy's), obtained per call by :func:`call_source`:
 
 * ``random.Random``: used directly (it advances, like a ``torch.Generator``);
 * ``numpy.random.Generator``: the call's uniform floats are drawn from it in blocks;
-* ``None``: the floats come, in blocks, from torch's global generator, exactly like
-  torchvision's random transforms. ``torch.manual_seed`` therefore makes a run reproducible, and every ``DataLoader``
-  worker (which torch seeds with ``base_seed + worker_id``, anew every epoch) gets its own
-  randomness.
+* ``None``: the floats come, in blocks, from torch's global generator, as torchvision's
+  random transforms draw theirs. ``torch.manual_seed`` therefore makes a run reproducible, and
+  every ``DataLoader`` worker (which torch seeds with ``base_seed + worker_id``, anew every
+  epoch) gets its own randomness.
 
 Transforms hold their ``rng`` in an :class:`RngStream`, which keeps seeded runs reproducible and
 distinct across processes: the first call in a new process (a forked or spawned ``DataLoader``
@@ -52,8 +52,8 @@ __all__ = [
     "set_repr",
 ]
 
-ImageLike: TypeAlias = "Image.Image | torch.Tensor"
-RngLike: TypeAlias = "random.Random | np.random.Generator | None"
+ImageLike: TypeAlias = Image.Image | torch.Tensor
+RngLike: TypeAlias = random.Random | np.random.Generator | None
 
 _MODES = ("RGB", "L")
 _SEED_BOUND = 2**63
@@ -82,6 +82,8 @@ def as_pil(img: object, name: str = "img") -> tuple[Image.Image, _TensorKind | N
                 f"{name} must be a PIL image of mode 'RGB' or 'L', got mode {img.mode!r}; "
                 f"convert it first, e.g. {name}.convert('RGB')"
             )
+        if img.width == 0 or img.height == 0:
+            raise ValueError(f"{name} must not be empty, got size {img.size}")
         img.load()
         return img, None
     if isinstance(img, torch.Tensor):
@@ -253,15 +255,11 @@ class RngStream:
         return f"numpy.random.Generator({type(self.rng.bit_generator).__name__})"
 
 
-def _gamma(src: random.Random, alpha: float) -> float:
-    return src.gammavariate(alpha, 1.0)
-
-
 def dirichlet(src: random.Random, alpha: float, k: int) -> list[float]:
     """``k`` weights from a symmetric Dirichlet(alpha) (normalised Gamma(alpha) draws)."""
-    g = [_gamma(src, alpha) for _ in range(k)]
+    g = [src.gammavariate(alpha, 1.0) for _ in range(k)]
     total = math.fsum(g)
-    if total == 0.0 or not math.isfinite(total):  # every draw underflowed: alpha -> 0 limit
+    if total == 0.0:  # every draw underflowed (tiny alpha): the alpha -> 0 limit, one vertex
         w = [0.0] * k
         w[src.randrange(k)] = 1.0
         return w
@@ -270,7 +268,7 @@ def dirichlet(src: random.Random, alpha: float, k: int) -> list[float]:
 
 def beta(src: random.Random, alpha: float) -> float:
     """One draw from the symmetric Beta(alpha, alpha)."""
-    x, y = _gamma(src, alpha), _gamma(src, alpha)
+    x, y = src.gammavariate(alpha, 1.0), src.gammavariate(alpha, 1.0)
     if x + y == 0.0:  # both underflowed: alpha -> 0 limit puts mass 1/2 on each end
         return float(src.random() < 0.5)
     return x / (x + y)

@@ -60,12 +60,13 @@ a reduced search space", NeurIPS 2020 workshops.
 from __future__ import annotations
 
 import functools
+import math
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageFilter
 
 from augment._common import (
     ImageLike,
@@ -106,6 +107,7 @@ _AFFINE = Image.Transform.AFFINE
 _X = np.arange(256, dtype=np.int64)
 _X32 = np.arange(256, dtype=np.float32)
 _IDENTITY = bytes(range(256))
+_SMALL = 2500  # pixels: below, Pillow beats NumPy at sharpness
 
 
 # ------------------------------------------------------------------------- level scaling
@@ -167,11 +169,14 @@ def _histograms(img: Image.Image) -> np.ndarray:
     return np.asarray(img.histogram(), dtype=np.int64).reshape(-1, 256)
 
 
-def _blend_lut(degenerate: float, factor: float) -> np.ndarray:
+@functools.lru_cache(maxsize=4096)
+def _blend_lut(degenerate: int, factor: float) -> bytes:
     """``PIL.Image.blend(degenerate, img, factor)`` as a table: float32, clamped, truncated."""
     d = np.float32(degenerate)
     v = d + np.float32(factor) * (_X32 - d)
-    return np.clip(v, 0.0, 255.0).astype(np.uint8)
+    np.maximum(v, 0.0, out=v)
+    np.minimum(v, 255.0, out=v)
+    return v.astype(np.uint8).tobytes()
 
 
 # ------------------------------------------------------------------------------- kernels
@@ -219,7 +224,15 @@ def _solarize(img: Image.Image, level: float, src: random.Random | None) -> Imag
 
 
 def _affine(img: Image.Image, matrix: tuple[float, ...]) -> Image.Image:
-    return img.transform(img.size, _AFFINE, matrix, resample=_NEAREST)
+    """``img.transform(img.size, AFFINE, matrix, NEAREST)``, black fill."""
+    # Image.transform spends more time in Python than in C on small images; call the core
+    # directly (same arguments as Image.transform passes), falling back if it ever moves.
+    try:
+        out = Image.new(img.mode, img.size)
+        out.im.transform((0, 0, *img.size), img.im, _AFFINE, matrix, _NEAREST, 1)
+        return out
+    except (AttributeError, TypeError):  # pragma: no cover - depends on the Pillow version
+        return img.transform(img.size, _AFFINE, matrix, resample=_NEAREST)
 
 
 def _rotate(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
@@ -227,7 +240,12 @@ def _rotate(img: Image.Image, level: float, src: random.Random | None) -> Image.
     degrees = 3.0 * level * _sign(src)
     if degrees == 0.0:
         return img
-    return img.rotate(degrees, resample=_NEAREST)
+    # Image.rotate(degrees, NEAREST) (counter-clockwise about the centre), without its wrapper:
+    # output pixel p reads input c + R(p - c), R = [[cos t, -sin t], [sin t, cos t]]
+    t = math.radians(degrees)
+    cos, sin = round(math.cos(t), 15), round(math.sin(t), 15)
+    cx, cy = img.width / 2, img.height / 2
+    return _affine(img, (cos, -sin, cx - cos * cx + sin * cy, sin, cos, cy - sin * cx - cos * cy))
 
 
 def _shear_x(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
@@ -276,13 +294,13 @@ def _enhance_contrast(img: Image.Image, factor: float) -> Image.Image:
     h = np.asarray(grey.histogram(), dtype=np.int64)
     n = img.width * img.height
     mean = (2 * int(h @ _X) + n) // (2 * n)  # int(mean + 0.5), as ImageEnhance.Contrast
-    return _point(img, _per_band(_blend_lut(mean, factor).tobytes(), img))
+    return _point(img, _per_band(_blend_lut(mean, factor), img))
 
 
 def _enhance_brightness(img: Image.Image, factor: float) -> Image.Image:
     if factor == 1.0:
         return img
-    return _point(img, _per_band(_blend_lut(0.0, factor).tobytes(), img))
+    return _point(img, _per_band(_blend_lut(0, factor), img))
 
 
 def _enhance_sharpness(img: Image.Image, factor: float) -> Image.Image:
@@ -290,10 +308,13 @@ def _enhance_sharpness(img: Image.Image, factor: float) -> Image.Image:
 
     ``SMOOTH`` is the 3x3 kernel [[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13, rounded half up, on
     the interior pixels; Pillow leaves the border pixels as they are, so the blend does too.
-    Twice as fast as Pillow's float convolution, which dominated RandAugment's time.
+    Twice as fast as Pillow's float convolution (which dominated RandAugment's time) from about
+    48x48 pixels up; smaller images go through Pillow.
     """
     if factor == 1.0 or img.width < 3 or img.height < 3:
         return img
+    if img.width * img.height < _SMALL:  # below ~48x48 Pillow's lower call overhead wins
+        return Image.blend(img.filter(ImageFilter.SMOOTH), img, factor)
     a = pixels(img)
     u = a.astype(np.uint16)
     k = u[:-2] + u[1:-1]
@@ -308,7 +329,8 @@ def _enhance_sharpness(img: Image.Image, factor: float) -> Image.Image:
     out -= smooth
     out *= np.float32(factor)
     out += smooth
-    np.clip(out, 0.0, 255.0, out=out)
+    np.maximum(out, 0.0, out=out)
+    np.minimum(out, 255.0, out=out)
     res = a.copy()
     res[1:-1, 1:-1] = out
     return Image.frombytes(img.mode, img.size, res)
@@ -376,7 +398,7 @@ def autocontrast(img: ImageLike, level: float = 0.0, *, rng: RngLike = None) -> 
     a flat channel is left as it is. ``level`` and ``rng`` are unused.
 
     Example:
-        >>> from PIL import Image
+        >>> from PIL import Image, ImageFilter
         >>> img = Image.new("L", (4, 3), 100)
         >>> img.putpixel((0, 0), 50)
         >>> sorted(set(autocontrast(img, 5).tobytes()))
@@ -411,7 +433,7 @@ def posterize(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLike
     ``rng`` is unused.
 
     Example:
-        >>> from PIL import Image
+        >>> from PIL import Image, ImageFilter
         >>> posterize(Image.new("L", (2, 2), 0b10111111), 9).getpixel((0, 0))
         128
     """
@@ -424,7 +446,7 @@ def solarize(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLike:
     Level 0 changes nothing, level 10 inverts the whole image. ``rng`` is unused.
 
     Example:
-        >>> from PIL import Image
+        >>> from PIL import Image, ImageFilter
         >>> solarize(Image.new("L", (1, 1), 200), 10).getpixel((0, 0))
         55
     """
@@ -438,7 +460,7 @@ def rotate(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLike:
 
     Example:
         >>> import random
-        >>> from PIL import Image
+        >>> from PIL import Image, ImageFilter
         >>> img = Image.new("RGB", (40, 20), (255, 0, 0))
         >>> out = rotate(img, 10, rng=random.Random(0))
         >>> out.size, out.getpixel((20, 10)), out.getpixel((0, 0))
@@ -455,7 +477,7 @@ def shear_x(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLike:
 
     Example:
         >>> import random
-        >>> from PIL import Image
+        >>> from PIL import Image, ImageFilter
         >>> shear_x(Image.new("L", (30, 10), 9), 10, rng=random.Random(0)).size
         (30, 10)
     """
@@ -469,7 +491,7 @@ def shear_y(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLike:
 
     Example:
         >>> import random
-        >>> from PIL import Image
+        >>> from PIL import Image, ImageFilter
         >>> shear_y(Image.new("L", (30, 10), 9), 0, rng=random.Random(0)).getpixel((29, 9))
         9
     """
@@ -483,7 +505,7 @@ def translate_x(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLi
 
     Example:
         >>> import random
-        >>> from PIL import Image
+        >>> from PIL import Image, ImageFilter
         >>> img = Image.new("L", (30, 2), 255)
         >>> translate_x(img, 10, rng=random.Random(1)).tobytes().count(0)  # 10 columns black
         20
@@ -498,7 +520,7 @@ def translate_y(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLi
 
     Example:
         >>> import random
-        >>> from PIL import Image
+        >>> from PIL import Image, ImageFilter
         >>> img = Image.new("L", (2, 30), 255)
         >>> translate_y(img, 5, rng=random.Random(1)).tobytes().count(0)  # 5 rows black
         10
@@ -514,7 +536,7 @@ def color(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLike:
 
     Example:
         >>> import random
-        >>> from PIL import Image
+        >>> from PIL import Image, ImageFilter
         >>> color(Image.new("RGB", (2, 2), (200, 100, 50)), 0).getpixel((0, 0))
         (200, 100, 50)
     """
@@ -528,7 +550,7 @@ def contrast(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLike:
 
     Example:
         >>> import random
-        >>> from PIL import Image
+        >>> from PIL import Image, ImageFilter
         >>> contrast(Image.new("L", (3, 3), 77), 10, rng=random.Random(0)).getpixel((1, 1))
         77
     """
@@ -540,7 +562,7 @@ def brightness(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLik
 
     Example:
         >>> import random
-        >>> from PIL import Image
+        >>> from PIL import Image, ImageFilter
         >>> brightness(Image.new("L", (1, 1), 100), 10, rng=random.Random(3)).getpixel((0, 0))
         10
     """
@@ -554,7 +576,7 @@ def sharpness(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLike
 
     Example:
         >>> import random
-        >>> from PIL import Image
+        >>> from PIL import Image, ImageFilter
         >>> sharpness(Image.new("L", (5, 5), 40), 10, rng=random.Random(0)).getpixel((2, 2))
         40
     """
@@ -565,7 +587,7 @@ def color_original(img: ImageLike, level: float, *, rng: RngLike = None) -> Imag
     """``ImageEnhance.Color`` with the reference factor :math:`0.1 + 0.18\\ell`.
 
     Example:
-        >>> from PIL import Image
+        >>> from PIL import Image, ImageFilter
         >>> color_original(Image.new("RGB", (1, 1), (200, 100, 50)), 0).getpixel((0, 0))
         (131, 121, 116)
     """
@@ -576,7 +598,7 @@ def contrast_original(img: ImageLike, level: float, *, rng: RngLike = None) -> I
     """``ImageEnhance.Contrast`` with the reference factor :math:`0.1 + 0.18\\ell`.
 
     Example:
-        >>> from PIL import Image
+        >>> from PIL import Image, ImageFilter
         >>> img = Image.new("L", (2, 1), 0)
         >>> img.putpixel((1, 0), 200)
         >>> list(contrast_original(img, 5).tobytes())
@@ -589,7 +611,7 @@ def brightness_original(img: ImageLike, level: float, *, rng: RngLike = None) ->
     """``ImageEnhance.Brightness`` with the reference factor :math:`0.1 + 0.18\\ell`.
 
     Example:
-        >>> from PIL import Image
+        >>> from PIL import Image, ImageFilter
         >>> brightness_original(Image.new("L", (1, 1), 100), 10).getpixel((0, 0))
         190
     """
@@ -600,7 +622,7 @@ def sharpness_original(img: ImageLike, level: float, *, rng: RngLike = None) -> 
     """``ImageEnhance.Sharpness`` with the reference factor :math:`0.1 + 0.18\\ell`.
 
     Example:
-        >>> from PIL import Image
+        >>> from PIL import Image, ImageFilter
         >>> sharpness_original(Image.new("L", (3, 3), 7), 2).size
         (3, 3)
     """

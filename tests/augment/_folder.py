@@ -31,3 +31,34 @@ class PngFolder(Dataset):
             img = f.convert(f.mode)
         out = self.transform(img)
         return out if isinstance(out, torch.Tensor) else to_tensor(out)
+
+
+class RecordLevels:
+    """A set member that leaves the image as it is and remembers the levels it was given."""
+
+    __name__ = "record_levels"
+
+    def __init__(self) -> None:
+        self.levels: list[float] = []
+
+    def __call__(self, img: Image.Image, level: float) -> Image.Image:
+        self.levels.append(level)
+        return img
+
+
+class LevelsDrawn(Dataset):
+    """Item i: the levels ``make_transform(op)`` drew for one call (the randomness, laid bare)."""
+
+    def __init__(self, n: int, make_transform) -> None:
+        self.n = n
+        self.record = RecordLevels()
+        self.transform = make_transform([self.record])
+        self.img = Image.new("L", (5, 3))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        self.record.levels.clear()
+        self.transform(self.img)
+        return torch.tensor(self.record.levels, dtype=torch.float64)

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 from torchvision import transforms as T
 
 from augment import AugMix, RandAugment
-from tests.augment._folder import PngFolder
+from tests.augment._folder import LevelsDrawn, PngFolder
 
 N_FILES = 8
 
@@ -61,6 +61,17 @@ def test_seeded_rng_distinct_per_worker_and_epoch_and_reproducible(folder, name)
     assert second == first
     other = _run(folder, TRANSFORMS[name](random.Random(124)))
     assert other[0] != first[0]
+
+
+@pytest.mark.parametrize("rng", [random.Random(1), np.random.default_rng(1), None])
+def test_worker_streams_are_independent(rng) -> None:
+    """Workers must not replay each other's draws, not even shifted by a few: the levels drawn
+    in worker 0 (even items) and worker 1 (odd items) have no value in common."""
+    data = LevelsDrawn(16, lambda ops: AugMix(severity=10, augmentation_set=ops, rng=rng))
+    items = list(DataLoader(data, batch_size=None, num_workers=2))
+    drawn = [set(torch.cat(items[w::2]).tolist()) for w in (0, 1)]
+    assert min(map(len, drawn)) >= 8 * 3  # at least one op per chain, three chains per item
+    assert not drawn[0] & drawn[1]
 
 
 def test_numpy_generator_is_reproducible_in_workers(folder) -> None:

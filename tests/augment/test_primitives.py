@@ -135,6 +135,14 @@ def test_geometric_ops_match_inverse_mapping(rs, name, mode) -> None:
     assert signs_seen == {1, -1}, "both directions must occur"
 
 
+def test_rotate_is_pillows_rotate(rs) -> None:
+    for seed, (h, w) in enumerate([*SIZES, (64, 48)]):
+        img = R.image(rs, h, w, "RGB")
+        out = augment.rotate(img, 8.5, rng=random.Random(seed)).tobytes()
+        pillow = {img.rotate(d, resample=Image.Resampling.NEAREST).tobytes() for d in (25.5, -25.5)}
+        assert out in pillow
+
+
 @pytest.mark.parametrize("name", [*GEOMETRIC, "solarize"])
 def test_level_zero_is_identity(rs, name) -> None:
     op = augment.solarize if name == "solarize" else GEOMETRIC[name][0]
@@ -170,6 +178,16 @@ def test_symmetric_enhancements_match_pillow_at_one_plus_minus(rs, name, mode) -
             out = op(img, level, rng=random.Random(seed)).tobytes()
             candidates = {enhancer(img).enhance(1 + 0.09 * level * s).tobytes(): s for s in (1, -1)}
             assert out in candidates, (name, mode, level, h, w)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sharpness_small_and_large_images_match_pillow(rs, mode) -> None:
+    """Below ~48x48 pixels the blur runs in Pillow, above in NumPy: both bit-exact."""
+    for h, w in [(3, 3), (2, 50), (49, 51), (80, 33)]:
+        img = R.image(rs, h, w, mode)
+        for level in (0.5, 10.0):
+            expected = ImageEnhance.Sharpness(img).enhance(0.1 + 0.18 * level).tobytes()
+            assert augment.sharpness_original(img, level).tobytes() == expected
 
 
 @pytest.mark.parametrize("name", list(SYMMETRIC))
