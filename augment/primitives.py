@@ -195,10 +195,11 @@ def _autocontrast_lut(lo: int, hi: int) -> bytes:
 
 
 def _autocontrast(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
-    extrema = img.getextrema()
-    if img.mode == "L":
-        return _point(img, _autocontrast_lut(*extrema))
-    return _point(img, b"".join(_autocontrast_lut(lo, hi) for lo, hi in extrema))
+    # one histogram pass finds every channel's range (Image.getextrema copies each band first)
+    present = _histograms(img) > 0
+    lo = present.argmax(axis=1).tolist()
+    hi = (255 - present[:, ::-1].argmax(axis=1)).tolist()
+    return _point(img, b"".join(map(_autocontrast_lut, lo, hi)))
 
 
 def _equalize(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:

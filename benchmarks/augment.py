@@ -1,7 +1,8 @@
 """Throughput of ``augment.AugMix`` / ``augment.RandAugment`` against the peers' PIL pipelines.
 
-Images per second, single process, on 224x224 and 32x32 RGB PIL images, timed interleaved in one
-run (median of the repeats). Peers, configured to do the same work:
+Images per second in one process with one torch thread (as in a ``DataLoader`` worker), on
+224x224 and 32x32 RGB PIL images, all candidates timed interleaved in one run (median of the
+repeats). Peers, configured to do the same work:
 
 * Composer ``composer.functional.augmix_image`` / ``randaugment_image`` (bilinear geometric ops,
   not configurable);
