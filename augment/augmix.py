@@ -168,8 +168,9 @@ class AugMix:
         >>> import random
         >>> from PIL import Image
         >>> t = AugMix(severity=3, width=3, rng=random.Random(0))
-        >>> t
-        AugMix(severity=3, depth=-1, width=3, alpha=1.0, augmentation_set='all', rng=random.Random(...))
+        >>> t  # doctest: +NORMALIZE_WHITESPACE
+        AugMix(severity=3, depth=-1, width=3, alpha=1.0, augmentation_set='all',
+               rng=random.Random(...))
         >>> t(Image.new("RGB", (40, 30), (30, 90, 150))).size
         (40, 30)
     """
@@ -214,6 +215,7 @@ class AugMix:
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(severity={self.severity}, depth={self.depth}, "
-            f"width={self.width}, alpha={self.alpha}, augmentation_set={set_repr(self.augmentation_set)}, "
+            f"width={self.width}, alpha={self.alpha}, "
+            f"augmentation_set={set_repr(self.augmentation_set)}, "
             f"rng={self._stream!r})"
         )

@@ -12,26 +12,26 @@ every operation at level :math:`s` (the paper's fixed magnitude :math:`M`).
 Level scaling (:math:`\ell` the level, :math:`\sigma = \pm 1` a fair random sign, :math:`W
 \times H` the image size):
 
-================  =================================================================  ===========
-operation         parameter at level :math:`\ell`                                    identity at
-                                                                                     :math:`\ell=0`
-================  =================================================================  ===========
-autocontrast      per channel, stretch [min, max] to [0, 255] (level unused)         no
-equalize          per channel, histogram equalisation as ``ImageOps.equalize``       no
-                  (level unused)
-posterize         keep :math:`4 - \min(\lfloor 0.4\ell \rfloor, 3)` bits (4 down to 1)  no
-solarize          invert the pixels :math:`\ge 256 - \lfloor 25.6\ell \rfloor`        yes
-rotate            :math:`3\ell\sigma` degrees about the centre                       yes
-shear_x           :math:`x_{in} = x + 0.03\ell\sigma\,y` (origin top-left)            yes
-shear_y           :math:`y_{in} = y + 0.03\ell\sigma\,x` (origin top-left)            yes
-translate_x       shift by :math:`\sigma\lfloor \ell W / 30 \rfloor` pixels           yes
-translate_y       shift by :math:`\sigma\lfloor \ell H / 30 \rfloor` pixels           yes
-color             enhancement factor :math:`1 + 0.09\ell\sigma` (0.1 to 1.9)          yes
-contrast          enhancement factor :math:`1 + 0.09\ell\sigma`                       yes
-brightness        enhancement factor :math:`1 + 0.09\ell\sigma`                       yes
-sharpness         enhancement factor :math:`1 + 0.09\ell\sigma`                       yes
-\*_original       enhancement factor :math:`0.1 + 0.18\ell` (0.1 to 1.9)              no
-================  =================================================================  ===========
+==============  ====================================================================  ===========
+operation       parameter at level :math:`\ell`                                       identity at
+                                                                                      level 0
+==============  ====================================================================  ===========
+autocontrast    per channel, stretch [min, max] to [0, 255] (level unused)            no
+equalize        per channel, histogram equalisation as ``ImageOps.equalize``          no
+                (level unused)
+posterize       keep :math:`4 - \min(\lfloor 0.4\ell \rfloor, 3)` bits (4 down to 1)  no
+solarize        invert the values :math:`\ge 256 - \lfloor 25.6\ell \rfloor`          yes
+rotate          :math:`3\ell\sigma` degrees counter-clockwise about the centre        yes
+shear_x         :math:`x_{in} = x + 0.03\ell\sigma\,y` (origin top-left)              yes
+shear_y         :math:`y_{in} = y + 0.03\ell\sigma\,x` (origin top-left)              yes
+translate_x     shift by :math:`\sigma\lfloor \ell W / 30 \rfloor` pixels             yes
+translate_y     shift by :math:`\sigma\lfloor \ell H / 30 \rfloor` pixels             yes
+color           enhancement factor :math:`1 + 0.09\ell\sigma` (0.1 to 1.9)            yes
+contrast        enhancement factor :math:`1 + 0.09\ell\sigma`                         yes
+brightness      enhancement factor :math:`1 + 0.09\ell\sigma`                         yes
+sharpness       enhancement factor :math:`1 + 0.09\ell\sigma`                         yes
+\*_original     enhancement factor :math:`0.1 + 0.18\ell` (0.1 to 1.9)                no
+==============  ====================================================================  ===========
 
 The geometric operations resample with nearest neighbour and fill uncovered pixels with black,
 as the reference implementations do. An enhancement with factor :math:`f` blends the image
@@ -100,7 +100,7 @@ __all__ = [
     "translate_y",
 ]
 
-Kernel = Callable[[Image.Image, float, "random.Random | None"], Image.Image]
+Kernel = Callable[[Image.Image, float, random.Random], Image.Image]
 
 _NEAREST = Image.Resampling.NEAREST
 _AFFINE = Image.Transform.AFFINE
@@ -180,8 +180,18 @@ def _blend_lut(degenerate: int, factor: float) -> bytes:
 
 
 # ------------------------------------------------------------------------------- kernels
-# A kernel is (PIL image, level, random source or None) -> PIL image; it may return its input
-# unchanged. Only the kernels listed in _RANDOM_KERNELS use the random source.
+# A kernel is (PIL image, level, random source) -> PIL image; it may return its input
+# unchanged. Only the kernels listed in _RANDOM_KERNELS draw from the source.
+
+
+class _NoDraws(random.Random):
+    """The source handed to kernels that draw nothing: using it is a bug, and says so."""
+
+    def random(self) -> float:
+        raise RuntimeError("this augment kernel is deterministic and must not draw")
+
+
+_NO_DRAWS = _NoDraws(0)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -194,7 +204,7 @@ def _autocontrast_lut(lo: int, hi: int) -> bytes:
     return np.clip(scaled, 0, 255).astype(np.uint8).tobytes()
 
 
-def _autocontrast(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+def _autocontrast(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     # one histogram pass finds every channel's range (Image.getextrema copies each band first)
     present = _histograms(img) > 0
     lo = present.argmax(axis=1).tolist()
@@ -202,7 +212,7 @@ def _autocontrast(img: Image.Image, level: float, src: random.Random | None) -> 
     return _point(img, b"".join(map(_autocontrast_lut, lo, hi)))
 
 
-def _equalize(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+def _equalize(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     h = _histograms(img)
     n = h[0].sum()
     top = 255 - (h[:, ::-1] > 0).argmax(axis=1)  # each channel's largest value
@@ -213,11 +223,11 @@ def _equalize(img: Image.Image, level: float, src: random.Random | None) -> Imag
     return _point(img, lut.astype(np.uint8).tobytes())
 
 
-def _posterize(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+def _posterize(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     return _point(img, _per_band(_posterize_lut(posterize_bits(level)), img))
 
 
-def _solarize(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+def _solarize(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     threshold = solarize_threshold(level)
     if threshold >= 256:
         return img
@@ -236,8 +246,7 @@ def _affine(img: Image.Image, matrix: tuple[float, ...]) -> Image.Image:
         return img.transform(img.size, _AFFINE, matrix, resample=_NEAREST)
 
 
-def _rotate(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
-    assert src is not None
+def _rotate(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     degrees = 3.0 * level * _sign(src)
     if degrees == 0.0:
         return img
@@ -249,32 +258,28 @@ def _rotate(img: Image.Image, level: float, src: random.Random | None) -> Image.
     return _affine(img, (cos, -sin, cx - cos * cx + sin * cy, sin, cos, cy - sin * cx - cos * cy))
 
 
-def _shear_x(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
-    assert src is not None
+def _shear_x(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     shear = 0.03 * level * _sign(src)
     if shear == 0.0:
         return img
     return _affine(img, (1.0, shear, 0.0, 0.0, 1.0, 0.0))
 
 
-def _shear_y(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
-    assert src is not None
+def _shear_y(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     shear = 0.03 * level * _sign(src)
     if shear == 0.0:
         return img
     return _affine(img, (1.0, 0.0, 0.0, shear, 1.0, 0.0))
 
 
-def _translate_x(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
-    assert src is not None
+def _translate_x(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     pixels = int(level * img.width / 30.0) * _sign(src)
     if pixels == 0:
         return img
     return _affine(img, (1.0, 0.0, pixels, 0.0, 1.0, 0.0))
 
 
-def _translate_y(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
-    assert src is not None
+def _translate_y(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     pixels = int(level * img.height / 30.0) * _sign(src)
     if pixels == 0:
         return img
@@ -337,39 +342,35 @@ def _enhance_sharpness(img: Image.Image, factor: float) -> Image.Image:
     return Image.frombytes(img.mode, img.size, res)
 
 
-def _color(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
-    assert src is not None
+def _color(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     return _enhance_color(img, symmetric_factor(level, _sign(src)))
 
 
-def _color_original(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+def _color_original(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     return _enhance_color(img, original_factor(level))
 
 
-def _contrast(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
-    assert src is not None
+def _contrast(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     return _enhance_contrast(img, symmetric_factor(level, _sign(src)))
 
 
-def _contrast_original(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+def _contrast_original(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     return _enhance_contrast(img, original_factor(level))
 
 
-def _brightness(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
-    assert src is not None
+def _brightness(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     return _enhance_brightness(img, symmetric_factor(level, _sign(src)))
 
 
-def _brightness_original(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+def _brightness_original(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     return _enhance_brightness(img, original_factor(level))
 
 
-def _sharpness(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
-    assert src is not None
+def _sharpness(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     return _enhance_sharpness(img, symmetric_factor(level, _sign(src)))
 
 
-def _sharpness_original(img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+def _sharpness_original(img: Image.Image, level: float, src: random.Random) -> Image.Image:
     return _enhance_sharpness(img, original_factor(level))
 
 
@@ -383,7 +384,7 @@ def _run(kernel: Kernel, img: ImageLike, level: float, rng: RngLike) -> ImageLik
     pil, kind = as_pil(img)
     lv = check_in_range(level, "level", 0.0, 10.0)
     check_rng(rng)
-    out = kernel(pil, lv, call_source(rng) if kernel in _RANDOM_KERNELS else None)
+    out = kernel(pil, lv, call_source(rng) if kernel in _RANDOM_KERNELS else _NO_DRAWS)
     if out is pil:  # never hand the caller's own image object back
         out = pil.copy()
     return from_pil(out, kind)
@@ -442,7 +443,7 @@ def posterize(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLike
 
 
 def solarize(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLike:
-    """Invert (:math:`x \\mapsto 255 - x`) every value :math:`\\ge 256 - \\lfloor 25.6\\,\\ell \\rfloor`.
+    """Invert (:math:`x \\mapsto 255 - x`) values :math:`\\ge 256 - \\lfloor 25.6\\ell \\rfloor`.
 
     Level 0 changes nothing, level 10 inverts the whole image. ``rng`` is unused.
 
@@ -471,7 +472,7 @@ def rotate(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLike:
 
 
 def shear_x(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLike:
-    """Shear horizontally: output pixel :math:`(x, y)` reads input :math:`(x + 0.03\\ell\\sigma y, y)`.
+    """Shear horizontally: output :math:`(x, y)` reads input :math:`(x + 0.03\\ell\\sigma y, y)`.
 
     :math:`\\sigma = \\pm 1` from ``rng``; the origin is the top-left corner (as the reference
     implementations), nearest-neighbour resampling, uncovered pixels black.
@@ -486,7 +487,7 @@ def shear_x(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLike:
 
 
 def shear_y(img: ImageLike, level: float, *, rng: RngLike = None) -> ImageLike:
-    """Shear vertically: output pixel :math:`(x, y)` reads input :math:`(x, y + 0.03\\ell\\sigma x)`.
+    """Shear vertically: output :math:`(x, y)` reads input :math:`(x, y + 0.03\\ell\\sigma x)`.
 
     :math:`\\sigma = \\pm 1` from ``rng``; origin top-left, nearest neighbour, black fill.
 
@@ -660,7 +661,7 @@ class _UserOp:
     def __init__(self, op: Callable[..., Any]) -> None:
         self.op = op
 
-    def __call__(self, img: Image.Image, level: float, src: random.Random | None) -> Image.Image:
+    def __call__(self, img: Image.Image, level: float, src: random.Random) -> Image.Image:
         out = self.op(img, level)
         if not isinstance(out, Image.Image):
             raise TypeError(

@@ -228,7 +228,8 @@ def test_inside_compose(rs) -> None:
         (
             {"augmentation_set": "most"},
             ValueError,
-            "augmentation_set must be one of 'all', 'safe', 'original', 'augmentations_all', 'augmentations_corruption_safe', 'augmentations_original'; got 'most'",
+            "augmentation_set must be one of 'all', 'safe', 'original', 'augmentations_all', "
+            "'augmentations_corruption_safe', 'augmentations_original'; got 'most'",
         ),
         ({"augmentation_set": []}, ValueError, "augmentation_set must not be empty"),
         ({"augmentation_set": [1]}, TypeError, "augmentation_set must hold callables"),
