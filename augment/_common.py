@@ -208,7 +208,14 @@ class RngStream:
     other process (a forked or unpickled copy), the first call derives a fresh
     ``random.Random`` from the inherited state and the ``DataLoader`` worker id (the process id
     outside a ``DataLoader``), so workers never repeat each other's draws and a seeded run with
-    a fixed number of workers is reproducible. ``rng=None`` defers to torch's global generator.
+    a fixed number of workers is reproducible.
+
+    Epochs: with ``fork`` workers, the parent's stream moves on at every fork, so each epoch's
+    workers start from new states. ``spawn``/``forkserver`` workers unpickle the parent's
+    unchanged state every epoch; they also mix in torch's per-epoch worker seed
+    (``get_worker_info().seed``), so their run is reproducible given the seeded ``rng`` and
+    ``torch.manual_seed`` (or the ``DataLoader``'s ``generator``). ``rng=None`` defers to torch's
+    global generator throughout.
     """
 
     def __init__(self, rng: RngLike) -> None:
@@ -216,6 +223,7 @@ class RngStream:
         self.rng = rng
         self._pid = os.getpid()
         self._local: random.Random | None = None
+        self._unpickled_in: int | None = None  # the process that unpickled this copy, if any
         if rng is not None:
             _LIVE_STREAMS.add(self)
 
@@ -228,8 +236,13 @@ class RngStream:
             return _BlockDraws(_torch_block)
         pid = os.getpid()
         if pid != self._pid:
+            # this process's place among its siblings: the DataLoader worker id, else the pid
             info = torch.utils.data.get_worker_info()
             key = f"worker{info.id}" if info is not None else f"pid{pid}"
+            if info is not None and self._unpickled_in == pid:
+                # a spawn/forkserver worker: the parent's stream did not move on between epochs
+                # (no fork hook ran), so torch's per-epoch worker seed tells the epochs apart
+                key += f":seed{info.seed}"
             self._local = random.Random(f"augment:{_draw_seed(self._current())}:{key}")
             self._pid = pid
         return call_source(self._current())
@@ -244,6 +257,7 @@ class RngStream:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._unpickled_in = os.getpid()
         if self.rng is not None:
             _LIVE_STREAMS.add(self)
 

@@ -157,12 +157,17 @@ def augment_and_mix(
 class AugMix:
     """AugMix as a transform for ``torchvision.transforms.Compose`` and ``DataLoader`` workers.
 
-    See :func:`augment_and_mix` for the arguments. The transform is picklable. With
-    ``rng=None`` it draws from torch's global generator (reproducible under
-    ``torch.manual_seed``; distinct in every ``DataLoader`` worker and epoch). With a seeded
-    ``rng`` every ``DataLoader`` worker continues from a stream derived from the rng and its worker
-    id, so a run with a fixed number of workers is reproducible and no two workers repeat each
-    other.
+    See :func:`augment_and_mix` for the arguments. The transform is picklable.
+
+    Randomness in ``DataLoader`` workers. With ``rng=None`` it draws from torch's global
+    generator, which torch seeds differently in every worker and epoch (reproducible under
+    ``torch.manual_seed``). With a seeded ``rng``, each worker continues from a stream derived
+    from the rng's state and its worker id: no two workers repeat each other, a run with a fixed
+    number of workers is reproducible, and each epoch differs from the last (``fork`` workers:
+    the parent's stream moves on at every fork; ``spawn``/``forkserver`` workers: torch's
+    per-epoch worker seed is mixed in, so seed torch too). Calling :func:`augment_and_mix`
+    with one shared ``rng`` inside a dataset instead would replay the same draws in every
+    worker.
 
     Example:
         >>> import random

@@ -35,6 +35,7 @@ def _run(
     folder: Path, transform, *, epochs: int = 1, compose: bool = True, **loader_kwargs
 ) -> list[list[bytes]]:
     pipeline = T.Compose([transform, T.PILToTensor()]) if compose else transform
+    loader_kwargs.setdefault("multiprocessing_context", "fork")
     loader = DataLoader(PngFolder(folder, pipeline), batch_size=1, num_workers=2, **loader_kwargs)
     out = []
     for _ in range(epochs):
@@ -68,7 +69,7 @@ def test_worker_streams_are_independent(rng) -> None:
     """Workers must not replay each other's draws, not even shifted by a few: the levels drawn
     in worker 0 (even items) and worker 1 (odd items) have no value in common."""
     data = LevelsDrawn(16, lambda ops: AugMix(severity=10, augmentation_set=ops, rng=rng))
-    items = list(DataLoader(data, batch_size=None, num_workers=2))
+    items = list(DataLoader(data, batch_size=None, num_workers=2, multiprocessing_context="fork"))
     drawn = [set(torch.cat(items[w::2]).tolist()) for w in (0, 1)]
     assert min(map(len, drawn)) >= 8 * 3  # at least one op per chain, three chains per item
     assert not drawn[0] & drawn[1]
@@ -92,11 +93,15 @@ def test_default_rng_distinct_per_worker_and_follows_torch_seed(folder, name) ->
 
 @pytest.mark.slow
 def test_spawned_workers_unpickle_distinct_reproducible_streams(folder) -> None:
+    """Spawned workers unpickle the parent's unchanged state every epoch; the worker id and
+    torch's per-epoch worker seed keep workers and epochs apart, reproducibly under a torch seed."""
     # no torchvision in the pickled pipeline: each spawned worker imports only torch and augment
-    kwargs = {"multiprocessing_context": "spawn", "persistent_workers": True, "compose": False}
+    kwargs = {"multiprocessing_context": "spawn", "compose": False}
+    torch.manual_seed(0)
     first = _run(folder, AugMix(rng=random.Random(7)), epochs=2, **kwargs)
     assert len(set(first[0])) == N_FILES and first[0] != first[1]
-    assert _run(folder, AugMix(rng=random.Random(7)), epochs=2, **kwargs) == first
+    torch.manual_seed(0)
+    assert _run(folder, AugMix(rng=random.Random(7)), **kwargs) == first[:1]
 
 
 def test_main_process_stream_is_the_users_rng(folder) -> None:
