@@ -1,0 +1,150 @@
+"""Throughput of ``augment.AugMix`` / ``augment.RandAugment`` against the peers' PIL pipelines.
+
+Images per second in one process with one torch thread (as in a ``DataLoader`` worker), on
+224x224 and 32x32 RGB PIL images, all candidates timed interleaved in one run (median of the
+repeats). Peers, configured to do the same work:
+
+* Composer ``composer.functional.augmix_image`` / ``randaugment_image`` (bilinear geometric ops,
+  not configurable);
+* timm ``augment_and_mix_transform('augmix-m3-w3')`` and ``rand_augment_transform('rand-m9-n2-p1')``
+  with nearest-neighbour resampling (timm's RandAugment applies each op with probability 0.5 by
+  default; ``p1`` makes it apply both, as the others do);
+* torchvision ``v2.AugMix(severity=3, mixture_width=3)`` and ``v2.RandAugment(num_ops=2,
+  magnitude=9)`` called on PIL images (nearest neighbour by default).
+
+Ours: ``AugMix(severity=3, depth=-1, width=3, alpha=1.0)`` and ``RandAugment(severity=9, depth=2)``,
+``augmentation_set='all'``. Ratios are peer_time / our_time (> 1: we are faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from PIL import Image
+
+from benchmarks._harness import Table, machine_description, peer, ratio, time_interleaved
+
+PEERS = ("Composer", "timm", "torchvision")
+
+
+def _image(size: int, seed: int = 0) -> Image.Image:
+    """A smooth image with noise: a histogram and edges like a photo, not flat noise."""
+    rs = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / max(size - 1, 1)
+    base = np.stack([200 * xx, 160 * yy, 120 * (1 - xx * yy)], axis=-1) + 30
+    noisy = base + rs.normal(0, 12, base.shape)
+    return Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8))
+
+
+def _peer_transforms(kind: str) -> tuple[dict[str, Callable | None], list[str]]:
+    notes: list[str] = []
+    fns: dict[str, Callable | None] = {}
+    cf = peer("composer")
+    if cf is not None:
+        fns["Composer"] = cf.augmix_image if kind == "augmix" else cf.randaugment_image
+    else:
+        fns["Composer"] = None
+        notes.append("Composer is not importable here: its column is empty.")
+    try:
+        from timm.data import auto_augment as taa  # appended to sys.path by the harness
+
+        hp = dict(taa._HPARAMS_DEFAULT)
+        hp["interpolation"] = Image.Resampling.NEAREST
+        if kind == "augmix":
+            fns["timm"] = taa.augment_and_mix_transform("augmix-m3-w3", hp)
+        else:
+            fns["timm"] = taa.rand_augment_transform("rand-m9-n2-p1", hp)
+    except Exception as e:  # pragma: no cover - depends on the peers installed
+        fns["timm"] = None
+        notes.append(f"timm is not importable here ({type(e).__name__}): its column is empty.")
+    v2 = peer("torchvision")
+    if v2 is not None:
+        if kind == "augmix":
+            fns["torchvision"] = v2.AugMix(severity=3, mixture_width=3, chain_depth=-1, alpha=1.0)
+        else:
+            fns["torchvision"] = v2.RandAugment(num_ops=2, magnitude=9)
+    else:  # pragma: no cover
+        fns["torchvision"] = None
+        notes.append("torchvision.transforms.v2 is not importable: its column is empty.")
+    return fns, notes
+
+
+def _table(kind: str, sizes: list[tuple[int, int]], repeats: int) -> Table:
+    import augment
+
+    ours: Callable = (
+        augment.AugMix(severity=3, depth=-1, width=3, alpha=1.0)
+        if kind == "augmix"
+        else augment.RandAugment(severity=9, depth=2)
+    )
+    peers, notes = _peer_transforms(kind)
+    name = "AugMix" if kind == "augmix" else "RandAugment"
+    table = Table(
+        title=f"{name}: images per second (single process, RGB PIL images)",
+        columns=[
+            "size",
+            "ours img/s",
+            *(f"{p} img/s" for p in PEERS),
+            *(f"x vs {p}" for p in PEERS),
+        ],
+        notes=notes,
+    )
+    for size, n_images in sizes:
+        images = [_image(size, seed) for seed in range(n_images)]
+
+        def loop(fn: Callable, images: list[Image.Image] = images) -> Callable[[], None]:
+            def go() -> None:
+                for img in images:
+                    fn(img)
+
+            return go
+
+        candidates = {"ours": loop(ours)}
+        candidates.update({p: loop(fn) for p, fn in peers.items() if fn is not None})
+        times = time_interleaved(candidates, repeats=repeats)
+        per_img = {k: t / n_images for k, t in times.items()}
+        ips = {k: 1.0 / t for k, t in per_img.items()}
+        table.add(
+            f"{size}x{size}",
+            ips["ours"],
+            *(ips.get(p) for p in PEERS),
+            *(ratio(per_img.get(p), per_img["ours"]) for p in PEERS),
+        )
+    table.notes.append(
+        "Composer resamples its geometric ops bilinearly (not configurable); timm, torchvision "
+        "and ours use nearest neighbour."
+    )
+    return table
+
+
+def run(*, quick: bool, device: str = "cpu") -> list[Table]:
+    """The AugMix and RandAugment throughput tables (``device`` is unused: PIL runs on CPU)."""
+    del device
+    torch.set_num_threads(1)  # as in DataLoader workers, which torch runs single-threaded
+    random.seed(0)
+    np.random.seed(0)  # noqa: NPY002 - the peers draw from NumPy's global generator
+    torch.manual_seed(0)
+    if quick:
+        sizes, repeats = [(32, 8)], 3
+    else:
+        sizes, repeats = [(224, 10), (32, 100)], 41
+    tables = [_table("augmix", sizes, repeats), _table("randaugment", sizes, repeats)]
+    tables[-1].notes.append(machine_description())
+    return tables
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds")
+    parser.add_argument("--device", default="cpu", help="unused: PIL runs on the CPU")
+    args = parser.parse_args()
+    for table in run(quick=args.quick, device=args.device):
+        print(table.markdown())
+
+
+if __name__ == "__main__":
+    main()
