@@ -166,7 +166,53 @@ def scenario_surgery_then_ddp(rank: int, world_size: int) -> None:
         raise AssertionError("surgery on a DDP-wrapped model must be refused")
 
 
-SCENARIOS = [scenario_surgery_then_ddp]
+def scenario_sam_under_ddp(rank: int, world_size: int) -> None:
+    """SAM through DDP: identical steps on every rank, equal to SAM on the whole batch in one process."""
+    import functional as F
+
+    def make():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+        base = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        return model, F.SAMOptimizer(base, rho=0.05, interval=2)
+
+    def data(r: int, step: int):
+        gen = torch.Generator().manual_seed(100 * r + step)
+        return torch.randn(4, 6, generator=gen), torch.randint(0, 3, (4,), generator=gen)
+
+    model, opt = make()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    for step in range(4):
+        x, y = data(rank, step)
+
+        def closure(x=x, y=y):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(ddp(x), y)
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+    assert_identical_across_ranks(model.parameters())
+
+    # the same steps in one process on both ranks' data: gradients of the mean loss are the
+    # average of the ranks' gradients, which is what DDP hands SAM
+    reference, ref_opt = make()
+    for step in range(4):
+        xs, ys = zip(*(data(r, step) for r in range(world_size)))
+        x, y = torch.cat(xs), torch.cat(ys)
+
+        def ref_closure(x=x, y=y):
+            ref_opt.zero_grad()
+            loss = nn.functional.cross_entropy(reference(x), y)
+            loss.backward()
+            return loss
+
+        ref_opt.step(ref_closure)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+SCENARIOS = [scenario_surgery_then_ddp, scenario_sam_under_ddp]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__.removeprefix("scenario_"))
