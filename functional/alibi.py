@@ -592,14 +592,14 @@ class AlibiContext:
         self._biases: dict[int, AlibiBias] = {}
         self._replacements: dict[int, nn.Module] = {}
         self._originals: list[nn.Module] = []
-        self.skipped: list[str] = []
-        self.limits_changed = False
+        self._skipped: list[str] = []
+        self._limits_changed = False
         for module in model.modules():
             if isinstance(module, AlibiBias):
                 self._biases.setdefault(module.num_heads, module)
                 if module.max_sequence_length != max_sequence_length:
                     module.max_sequence_length = max_sequence_length
-                    self.limits_changed = True
+                    self._limits_changed = True
 
     def bias(self, num_heads: int) -> AlibiBias:
         """The model's shared :class:`AlibiBias` for ``num_heads`` heads (created on first use)."""
@@ -881,7 +881,7 @@ def _convert_multihead_attention(attention: nn.Module, context: AlibiContext) ->
     elif type(attention) is nn.MultiheadAttention:
         attention.__class__ = AlibiMultiheadAttention
     else:
-        context.skipped.append(
+        context._skipped.append(
             f"{type(attention).__qualname__} (a subclass of nn.MultiheadAttention with its own "
             "behaviour)"
         )
@@ -896,7 +896,7 @@ def _convert_encoder_layer(layer: nn.Module, context: AlibiContext) -> bool:
     if type(layer) is not nn.TransformerEncoderLayer and not isinstance(
         layer, ModularTransformerEncoderLayer
     ):
-        context.skipped.append(
+        context._skipped.append(
             f"{type(layer).__qualname__} (a subclass of nn.TransformerEncoderLayer with its own "
             "behaviour)"
         )
@@ -963,7 +963,12 @@ def apply_alibi(
 
     The bias is built on the model's device and dtype once per length and shared by all layers.
     The transform is idempotent; calling it again with another ``max_sequence_length`` only
-    changes the limit.
+    changes the limit. Longer inputs raise ``ValueError`` from the attention layers (for BERT,
+    transformers' embeddings reject them first, with a shape error). With a key/value cache, the
+    queries are taken to be the last positions of the cache, which is exact for transformers'
+    ``DynamicCache``; with a ``StaticCache`` the bias is off by a per-row constant that the
+    softmax removes, which costs precision in half precision with long caches. GPT-2's ``reorder_and_upcast_attn`` option does not apply to
+    the ALiBi attention functions.
 
     Args:
         model: the model to transform in place (not wrapped in DDP/FSDP/``torch.compile``).
@@ -1010,7 +1015,7 @@ def apply_alibi(
 
     context = AlibiContext(model, max_sequence_length)
     params_before = list(model.parameters())
-    changed = context.limits_changed
+    changed = context._limits_changed
     for module, converter in reversed(matches):  # innermost first
         changed |= bool(converter(module, context))
     if context._replacements:
@@ -1024,10 +1029,10 @@ def apply_alibi(
         update_params_in_optimizer(removed, [], opts)
     disable_nested_tensor(model)
 
-    if context.skipped:
+    if context._skipped:
         warnings.warn(
             "apply_alibi left these modules without ALiBi: "
-            + "; ".join(sorted(set(context.skipped)))
+            + "; ".join(sorted(set(context._skipped)))
             + ". Register a converter for them with functional.register_alibi(cls, converter)",
             NoEffectWarning,
             stacklevel=2,
@@ -1040,7 +1045,7 @@ def apply_alibi(
                 NoEffectWarning,
                 stacklevel=2,
             )
-        elif not context.skipped:
+        elif not context._skipped:
             warn_no_effect(
                 "apply_alibi",
                 "module that ALiBi supports (built in: "

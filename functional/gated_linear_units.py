@@ -114,12 +114,10 @@ class GatedLinear(nn.Linear):
         nn.Module.__init__(new)
         new.in_features, new.out_features = linear.in_features, linear.out_features
         new.weight = linear.weight
-        if value_bias is None or (value_bias and linear.bias is not None):
-            new.bias = linear.bias
-        elif value_bias:
-            new.bias = nn.Parameter(linear.weight.new_zeros(linear.out_features))
-        else:
-            new.register_parameter("bias", None)
+        bias = linear.bias if value_bias is None or value_bias else None
+        if value_bias and bias is None:
+            bias = nn.Parameter(linear.weight.new_zeros(linear.out_features))
+        new.register_parameter("bias", bias)
         weight = linear.weight
         gate = nn.Linear(
             linear.in_features,

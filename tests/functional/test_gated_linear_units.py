@@ -90,6 +90,9 @@ def test_value_bias_options():
     no_bias = nn.Linear(4, 6, bias=False)
     added = GatedLinear.from_linear(no_bias, F.relu, value_bias=True)
     assert torch.equal(added.bias, torch.zeros(6))
+    kept = GatedLinear.from_linear(no_bias, F.relu)
+    assert kept.bias is None and "bias" in kept._parameters
+    assert sorted(kept.state_dict()) == ["gate.weight", "weight"]
 
 
 # ----------------------------------------------------------------------------- BERT
