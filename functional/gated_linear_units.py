@@ -1,0 +1,319 @@
+"""Gated linear units in transformer feed-forward blocks (Dauphin et al. 2017; Shazeer 2020).
+
+A transformer feed-forward block computes :math:`W_2\\,\\sigma(W_1 x + b_1) + b_2`. The gated variant
+multiplies the hidden activation by a second, linear projection of the same input:
+
+.. math::
+
+    \\mathrm{FFN}_{\\mathrm{GLU}}(x) = W_2\\big(\\sigma(W_g x + b_g) \\odot (W_1 x + b_1)\\big) + b_2 ,
+
+where :math:`\\sigma` is the activation (GELU gives GEGLU, SiLU gives SwiGLU, sigmoid the original
+GLU). Here the *value* path :math:`W_1 x + b_1` is the block's original first projection -- the
+very same parameters, so pretrained weights and optimizer state carry over -- and the *gate*
+path :math:`W_g` is new. Dropout, the output projection, the residual connection and the
+LayerNorm of the block are untouched.
+
+Reference: N. Shazeer. *GLU Variants Improve Transformer.* 2020. https://arxiv.org/abs/2002.05202;
+Y. N. Dauphin et al. *Language Modeling with Gated Convolutional Networks.* ICML 2017.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from functional._checks import check_generator, check_module, warn_no_effect
+from functional._transformer_layers import (
+    ModularTransformerEncoderLayer,
+    disable_nested_tensor,
+    make_modular,
+)
+from surgery import NoEffectWarning, replace_module_classes
+from surgery._types import OptimizerArg, as_optimizer_list
+from surgery.checkpoint import fill_missing_entries
+from surgery.replace import check_unwrapped
+
+__all__ = ["GatedLinear", "apply_gated_linear_units"]
+
+Activation = Callable[[torch.Tensor], torch.Tensor]
+
+_ACTIVATIONS: dict[str, Activation] = {
+    "gelu": F.gelu,
+    "relu": F.relu,
+    "silu": F.silu,
+    "swish": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+}
+
+
+class GatedLinear(nn.Linear):
+    """A linear layer whose output is gated: :math:`\\sigma(x W_g^T + b_g) \\odot (x W^T + b)`.
+
+    ``weight`` and ``bias`` are the value path (an ``nn.Linear``'s own, so a converted layer
+    keeps its state_dict keys); ``gate`` is an ``nn.Linear`` of the same shape and ``activation``
+    is applied to the gate only. See :func:`apply_gated_linear_units`.
+
+    Args:
+        in_features: input features.
+        out_features: output features (of both paths).
+        bias: whether the value path has a bias.
+        gate_bias: whether the gate path has a bias.
+        activation: the gate's activation :math:`\\sigma`.
+
+    Shape:
+        - input: :math:`(*, H_{in})`
+        - output: :math:`(*, H_{out})`
+
+    Example:
+        >>> layer = GatedLinear.from_linear(nn.Linear(4, 8), F.gelu)
+        >>> layer(torch.randn(2, 4)).shape
+        torch.Size([2, 8])
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        gate_bias: bool = False,
+        activation: Activation = F.gelu,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
+        self.gate = nn.Linear(in_features, out_features, bias=gate_bias, device=device, dtype=dtype)
+        self.activation = activation
+
+    @classmethod
+    def from_linear(
+        cls,
+        linear: nn.Linear,
+        activation: Activation,
+        *,
+        gate_bias: bool = False,
+        value_bias: bool | None = None,
+        generator: torch.Generator | None = None,
+    ) -> GatedLinear:
+        """Gate an existing ``nn.Linear``: its parameters become the value path (shared, not copied).
+
+        The new gate weights are drawn from :math:`\\mathcal{N}(0, s^2)`, :math:`s` the standard
+        deviation of ``linear.weight`` (``1/sqrt(in_features)`` if that is zero or undefined), so
+        the gate's pre-activations have the value path's scale; the gate bias starts at zero.
+        ``value_bias`` ``None`` keeps the layer's bias as it is, ``False`` drops it, ``True`` adds a
+        zero bias where there was none.
+        """
+        new = cls.__new__(cls)
+        nn.Module.__init__(new)
+        new.in_features, new.out_features = linear.in_features, linear.out_features
+        new.weight = linear.weight
+        bias = linear.bias if value_bias is None or value_bias else None
+        if value_bias and bias is None:
+            bias = nn.Parameter(linear.weight.new_zeros(linear.out_features))
+        new.register_parameter("bias", bias)
+        weight = linear.weight
+        gate = nn.Linear(
+            linear.in_features,
+            linear.out_features,
+            bias=gate_bias,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
+        with torch.no_grad():
+            std = float(weight.detach().float().std()) if weight.numel() > 1 else math.nan
+            if not math.isfinite(std) or std == 0.0:
+                std = 1.0 / math.sqrt(max(linear.in_features, 1))
+            device = generator.device if generator is not None else weight.device
+            sample = torch.empty(gate.weight.shape, dtype=torch.float32, device=device)
+            sample.normal_(0.0, std, generator=generator)
+            gate.weight.copy_(sample)
+            if gate.bias is not None:
+                gate.bias.zero_()
+        new.gate = gate
+        new.activation = activation
+        return new
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.gate(input)) * F.linear(input, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        name = getattr(self.activation, "__name__", type(self.activation).__name__)
+        return f"{super().extra_repr()}, activation={name}"
+
+    def surgery_remap_state_dict(self, state_dict: dict[str, torch.Tensor], prefix: str) -> None:
+        """Adapt a pre-surgery checkpoint of the ``nn.Linear`` this layer replaced (in place)."""
+        if self.bias is None:
+            state_dict.pop(prefix + "bias", None)
+        fill_missing_entries(state_dict, self, prefix, self.state_dict().keys())
+
+
+def _bert_intermediate_class() -> type | None:
+    module = sys.modules.get("transformers.models.bert.modeling_bert")
+    return getattr(module, "BertIntermediate", None) if module is not None else None
+
+
+def _resolve_activation(act_fn: object) -> Activation | None:
+    if act_fn is None:
+        return None
+    if isinstance(act_fn, str):
+        if act_fn not in _ACTIVATIONS:
+            choices = ", ".join(repr(k) for k in _ACTIVATIONS)
+            raise ValueError(f"act_fn must be a callable or one of {choices}; got {act_fn!r}")
+        return _ACTIVATIONS[act_fn]
+    if not callable(act_fn):
+        raise TypeError(f"act_fn must be a callable, a name or None, got {type(act_fn).__name__}")
+    return act_fn  # type: ignore[return-value]
+
+
+def _check_bool(value: object, name: str, *, allow_none: bool = False) -> None:
+    if not (isinstance(value, bool) or (allow_none and value is None)):
+        allowed = "a bool or None" if allow_none else "a bool"
+        raise TypeError(f"{name} must be {allowed}, got {type(value).__name__}")
+
+
+def apply_gated_linear_units(
+    model: nn.Module,
+    optimizers: OptimizerArg = None,
+    act_fn: Activation | str | None = None,
+    gated_layer_bias: bool = False,
+    non_gated_layer_bias: bool | None = None,
+    *,
+    generator: torch.Generator | None = None,
+) -> nn.Module:
+    """Turn the feed-forward blocks of transformer layers into gated linear units, in place.
+
+    .. math::
+
+        W_2\\,\\sigma(W_1 x + b_1) \\;\\longrightarrow\\;
+        W_2\\big(\\sigma(W_g x + b_g) \\odot (W_1 x + b_1)\\big)
+
+    Supported blocks: HuggingFace BERT's ``BertIntermediate`` (``dense`` becomes a
+    :class:`GatedLinear`, its activation moves onto the gate) and ``nn.TransformerEncoderLayer``
+    (``linear1`` becomes a :class:`GatedLinear`; the layer no longer takes torch's fused fast
+    path, which would bypass the gate). The value path keeps the original parameter objects, so
+    their values, optimizer state and state_dict keys survive; ``BertOutput`` / ``linear2``,
+    dropout, residual and LayerNorm are untouched. The gate is new (``gate.weight`` under the
+    projection's key, e.g. ``...intermediate.dense.gate.weight``; see
+    :meth:`GatedLinear.from_linear` for its initialisation): the block computes a different
+    function from the first step, so apply it before training -- or expect the feed-forward
+    blocks to re-adapt when fine-tuning -- and load pre-surgery checkpoints through
+    :func:`surgery.remap_state_dict`. The hidden width is kept, so each block gains
+    ``d_model × d_ff`` gate weights. New parameters join the optimizer param group of the
+    projection they gate.
+
+    Args:
+        model: the model to transform in place (not wrapped in DDP/FSDP/``torch.compile``).
+        optimizers: optimizers holding the model's parameters, kept consistent.
+        act_fn: the gate activation: a callable, one of ``'gelu'``, ``'relu'``, ``'silu'``
+            (``'swish'``), ``'sigmoid'``, ``'tanh'``, or ``None`` for each block's own activation.
+        gated_layer_bias: give the gate projection a bias (default ``False``, as Shazeer 2020).
+        non_gated_layer_bias: ``None`` keeps the value projection's bias as it is; ``False``
+            removes it, ``True`` ensures one (zero-initialised if new).
+        generator: random generator for the gate initialisation.
+
+    Returns:
+        ``model``.
+
+    Raises:
+        TypeError: a bad argument, or a wrapped model.
+        ValueError: an unknown activation name.
+
+    Warns:
+        NoEffectWarning: no supported feed-forward block was found, all of them are already
+            gated, or some were left unconverted.
+
+    Example:
+        >>> layer = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16)
+        >>> encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+        >>> opt = torch.optim.AdamW(encoder.parameters())
+        >>> _ = apply_gated_linear_units(encoder, opt, act_fn="silu")
+        >>> type(encoder.layers[0].linear1).__name__
+        'GatedLinear'
+        >>> sum(len(g["params"]) for g in opt.param_groups) == len(list(encoder.parameters()))
+        True
+    """
+    check_module(model)
+    check_unwrapped(model)
+    opts = as_optimizer_list(optimizers)
+    activation = _resolve_activation(act_fn)
+    _check_bool(gated_layer_bias, "gated_layer_bias")
+    _check_bool(non_gated_layer_bias, "non_gated_layer_bias", allow_none=True)
+    check_generator(generator)
+
+    bert_intermediate = _bert_intermediate_class()
+    targets: dict[int, nn.Module] = {}
+    originals: list[nn.Module] = []
+    slots: list[tuple[nn.Module, str]] = []  # (block, activation attribute) to clear
+    layers: list[nn.TransformerEncoderLayer] = []
+    already = 0
+    skipped: list[str] = []
+
+    def gate(linear: nn.Linear, own_activation: Activation) -> None:
+        targets[id(linear)] = GatedLinear.from_linear(
+            linear,
+            activation if activation is not None else own_activation,
+            gate_bias=gated_layer_bias,
+            value_bias=non_gated_layer_bias,
+            generator=generator,
+        )
+        originals.append(linear)
+
+    for module in model.modules():
+        if bert_intermediate is not None and isinstance(module, bert_intermediate):
+            if isinstance(module.dense, GatedLinear):
+                already += 1
+            elif id(module.dense) not in targets:
+                gate(module.dense, module.intermediate_act_fn)
+                slots.append((module, "intermediate_act_fn"))
+        elif isinstance(module, nn.TransformerEncoderLayer):
+            if type(module) not in (nn.TransformerEncoderLayer, ModularTransformerEncoderLayer):
+                skipped.append(type(module).__qualname__)
+            elif isinstance(module.linear1, GatedLinear):
+                already += 1
+            elif id(module.linear1) not in targets:
+                gate(module.linear1, module.activation)
+                slots.append((module, "activation"))
+                layers.append(module)
+
+    if targets:
+        replace_module_classes(
+            model,
+            {nn.Linear: lambda linear, _index: targets.get(id(linear))},
+            optimizers=opts,
+        )
+        for block, attribute in slots:  # the activation now lives on the gate
+            setattr(block, attribute, nn.Identity())
+        for layer in layers:
+            make_modular(layer)
+        disable_nested_tensor(model)
+
+    if skipped:
+        warnings.warn(
+            "apply_gated_linear_units left these layers unchanged: "
+            + ", ".join(sorted(set(skipped)))
+            + " (subclasses of nn.TransformerEncoderLayer with their own behaviour)",
+            NoEffectWarning,
+            stacklevel=2,
+        )
+    if not targets:
+        if already:
+            warnings.warn(
+                "apply_gated_linear_units changed nothing: every feed-forward block it supports "
+                "is already gated",
+                NoEffectWarning,
+                stacklevel=2,
+            )
+        elif not skipped:
+            warn_no_effect(
+                "apply_gated_linear_units",
+                "feed-forward block it supports (transformers BertIntermediate, as in BertModel "
+                "and BertFor*; torch.nn.TransformerEncoderLayer)",
+            )
+    return model
