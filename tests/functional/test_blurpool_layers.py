@@ -112,7 +112,6 @@ def test_blurpool2d():
         (torchvision.models.resnet18, 6, 1),
         (torchvision.models.resnet50, 6, 1),
         (torchvision.models.mobilenet_v3_small, None, 0),
-        (torchvision.models.efficientnet_b0, None, 0),
     ],
 )
 def test_apply_blurpool_on_torchvision_models(factory, convs, pools):
@@ -188,7 +187,7 @@ def test_apply_blurpool_keeps_dtype_and_layout():
     model = torchvision.models.resnet18().to(torch.bfloat16)
     apply_blurpool(model)
     assert_dtype(model, torch.bfloat16)
-    x = torch.randn(*X32, dtype=torch.bfloat16)
+    x = torch.randn(2, 3, 16, 16, dtype=torch.bfloat16)
     assert model(x).dtype == torch.bfloat16
 
 
