@@ -10,6 +10,7 @@ random re-initialisation, and exactly the original layer when ``r`` reaches its 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 
@@ -45,10 +46,30 @@ def _max_rank_with_speedup(fan_in: int, fan_out: int) -> int:
     return math.ceil(fan_in * fan_out / (fan_in + fan_out)) - 1
 
 
+@contextlib.contextmanager
+def _one_cpu_thread(device: torch.device):
+    """Run a CPU decomposition on one thread: LAPACK's SVD gains little from a few threads and
+    slows down by an order of magnitude when the cores are oversubscribed."""
+    if device.type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _svd_factors(matrix: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor, float]:
     """(U_r √S_r, √S_r V_rᵀ, relative Frobenius error) of a (out, in) matrix, in its dtype."""
     work = matrix.detach().to(torch.float64 if matrix.dtype == torch.float64 else torch.float32)
-    u, s, vh = torch.linalg.svd(work, full_matrices=False)
+    wide = work.shape[0] < work.shape[1]
+    with _one_cpu_thread(work.device):
+        # Decompose the tall orientation (LAPACK is much faster on it), then transpose back.
+        u, s, vh = torch.linalg.svd(work.T if wide else work, full_matrices=False)
+    if wide:
+        u, vh = vh.T, u.T
     root = s[:rank].sqrt()
     left = u[:, :rank] * root
     right = root[:, None] * vh[:rank]
