@@ -388,9 +388,16 @@ def apply_factorization(
     _check_latent(latent_channels, "latent_channels")
     _check_latent(latent_features, "latent_features")
 
+    # The factors of an earlier factorization are plain layers: never factorize them again.
+    factors = {id(m) for f in model.modules() if isinstance(f, _Factorized) for m in f.modules()}
+
     def convert_conv(conv: nn.Module, _index: int) -> nn.Module | None:
         assert isinstance(conv, nn.Conv2d)
-        if conv.groups != 1 or min(conv.in_channels, conv.out_channels) < min_channels:
+        if (
+            id(conv) in factors
+            or conv.groups != 1
+            or min(conv.in_channels, conv.out_channels) < min_channels
+        ):
             return None
         fan_in = conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1]
         rank = _latent_size(latent_channels, conv.in_channels, conv.out_channels, "latent_channels")
@@ -400,7 +407,7 @@ def apply_factorization(
 
     def convert_linear(linear: nn.Module, _index: int) -> nn.Module | None:
         assert isinstance(linear, nn.Linear)
-        if min(linear.in_features, linear.out_features) < min_features:
+        if id(linear) in factors or min(linear.in_features, linear.out_features) < min_features:
             return None
         rank = _latent_size(
             latent_features, linear.in_features, linear.out_features, "latent_features"

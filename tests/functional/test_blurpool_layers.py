@@ -74,13 +74,17 @@ def test_blurconv_constructor_and_validation():
     assert conv(torch.randn(1, 4, 7, 7, dtype=torch.float64)).shape == (1, 6, 4, 4)
     with pytest.raises(TypeError, match="blur_first"):
         BlurConv2d(4, 6, 3, blur_first=1)
-    with pytest.raises(TypeError, match="conv must be an nn.Conv2d"):
+    with pytest.raises(TypeError, match=r"conv must be an nn.Conv2d"):
         BlurConv2d.from_conv2d(nn.Linear(2, 2))
 
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=3, stride=2, dilation=2)],
+    [
+        dict(kernel_size=2),
+        dict(kernel_size=3, stride=2, padding=1),
+        dict(kernel_size=3, stride=2, dilation=2),
+    ],
 )
 def test_blurmaxpool_keeps_the_pool_shape(kwargs):
     pool = nn.MaxPool2d(**kwargs)
@@ -175,7 +179,7 @@ def test_apply_blurpool_no_effect_and_skips():
 
 
 def test_apply_blurpool_validation():
-    with pytest.raises(TypeError, match="model must be an nn.Module"):
+    with pytest.raises(TypeError, match=r"model must be an nn.Module"):
         apply_blurpool("resnet")
     with pytest.raises(ValueError, match="min_channels must be >= 0"):
         apply_blurpool(nn.Conv2d(3, 3, 3), min_channels=-1)

@@ -87,7 +87,9 @@ def test_apply_with_defaults_on_resnet18_and_checkpoints():
 
     assert apply_factorization(model, optimizers=opt) is model
     factorized = {
-        n: m for n, m in model.named_modules() if isinstance(m, (FactorizedConv2d, FactorizedLinear))
+        n: m
+        for n, m in model.named_modules()
+        if isinstance(m, (FactorizedConv2d, FactorizedLinear))
     }
     assert set(factorized) == expected and len(expected) == 4
     assert all(m.rank == 128 and 0 < m.approximation_error < 1 for m in factorized.values())
@@ -149,7 +151,7 @@ def test_validation_and_dtype():
         apply_factorization(nn.Linear(2, 2), latent_features=True)
     with pytest.raises(ValueError, match="min_channels must be >= 1"):
         apply_factorization(nn.Linear(2, 2), min_channels=0)
-    with pytest.raises(ValueError, match="conv.groups must be 1"):
+    with pytest.raises(ValueError, match=r"conv.groups must be 1"):
         FactorizedConv2d.from_conv2d(nn.Conv2d(4, 4, 3, groups=2))
     model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64)).to(torch.bfloat16)
     apply_factorization(model, min_features=64, latent_features=16)

@@ -63,7 +63,9 @@ def test_ghost_sizes_rule():
 @pytest.mark.parametrize(("plain", "ghost_cls", "shape"), CASES)
 @pytest.mark.parametrize("ghost", [2, 3, 4])
 @pytest.mark.parametrize("momentum", [0.1, None])
-def test_training_matches_reference_and_plain_running_stats(plain, ghost_cls, shape, ghost, momentum):
+def test_training_matches_reference_and_plain_running_stats(
+    plain, ghost_cls, shape, ghost, momentum
+):
     channels = shape[1]
     bn = randomized(plain(channels, momentum=momentum).double())
     twin = copy.deepcopy(bn)
@@ -128,7 +130,7 @@ def test_constructor_and_validation():
     assert gbn.momentum is None and "ghost_batch_size=4" in repr(gbn)
     with pytest.raises(ValueError, match="ghost_batch_size must be >= 1"):
         GhostBatchNorm2d(8, ghost_batch_size=0)
-    with pytest.raises(TypeError, match="bn must be an nn.BatchNorm2d"):
+    with pytest.raises(TypeError, match=r"bn must be an nn.BatchNorm2d"):
         GhostBatchNorm2d.from_batchnorm(nn.BatchNorm1d(3))
     with pytest.raises(ValueError, match="expected 4D input"):
         gbn(torch.randn(4, 8))
@@ -158,7 +160,9 @@ def test_apply_on_torchvision_models():
     train_step(model, x, opt)
     model.load_state_dict(checkpoint)
     factory().load_state_dict(model.state_dict())
-    assert_idempotent(model, apply_ghost_batchnorm, "nn.BatchNorm1d, nn.BatchNorm2d or nn.BatchNorm3d")
+    assert_idempotent(
+        model, apply_ghost_batchnorm, "nn.BatchNorm1d, nn.BatchNorm2d or nn.BatchNorm3d"
+    )
 
 
 def test_no_effect_dtype_and_layout():

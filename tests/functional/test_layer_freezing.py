@@ -35,13 +35,18 @@ def test_schedule(epoch, expected_fraction, expected_frozen):
     assert fraction == pytest.approx(expected_fraction)
     assert n == expected_frozen
     layers = [model, model.body[0], model.body[2]]
-    assert [not layer.weight.requires_grad if layer is not model else not model.token.requires_grad
-            for layer in layers] == [i < n for i in range(3)]
+    assert [
+        not layer.weight.requires_grad if layer is not model else not model.token.requires_grad
+        for layer in layers
+    ] == [i < n for i in range(3)]
 
 
 def test_freeze_level_and_rounding():
     model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(10)])
-    assert freeze_layers(model, None, 3, 10, freeze_start=0.0, freeze_level=1.0) == (3, pytest.approx(0.3))
+    assert freeze_layers(model, None, 3, 10, freeze_start=0.0, freeze_level=1.0) == (
+        3,
+        pytest.approx(0.3),
+    )
     assert freeze_layers(model, None, 10, 10, freeze_start=0.2, freeze_level=0.5)[0] == 5
     # A later schedule asking for fewer layers never unfreezes the frozen ones.
     assert freeze_layers(model, None, 10, 10, freeze_start=1.0) == (0, 0.0)
@@ -51,7 +56,9 @@ def test_freeze_level_and_rounding():
 def test_frozen_parameters_leave_the_optimizers_with_their_state():
     model = torchvision.models.resnet18()
     x = torch.randn(4, 3, 32, 32)
-    convs_and_heads = [p for n, p in model.named_parameters() if not n.startswith(("bn", "layer1.0.bn"))]
+    convs_and_heads = [
+        p for n, p in model.named_parameters() if not n.startswith(("bn", "layer1.0.bn"))
+    ]
     rest = [p for p in model.parameters() if all(p is not q for q in convs_and_heads)]
     opt_a = torch.optim.Adam(convs_and_heads, lr=1e-3)
     opt_b = torch.optim.SGD(rest, lr=1e-3, momentum=0.9)
@@ -75,7 +82,9 @@ def test_frozen_parameters_leave_the_optimizers_with_their_state():
     stats = (frozen_bn.running_mean.clone(), frozen_bn.running_var.clone())
     model.train()
     model(x).mean().backward()
-    assert torch.equal(frozen_bn.running_mean, stats[0]) and torch.equal(frozen_bn.running_var, stats[1])
+    assert torch.equal(frozen_bn.running_mean, stats[0]) and torch.equal(
+        frozen_bn.running_var, stats[1]
+    )
     assert not frozen_bn.training
     assert model.layer4[1].bn2.training  # not frozen
     opt_a.step(), opt_b.step()

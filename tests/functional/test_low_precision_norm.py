@@ -78,7 +78,9 @@ def test_apply_on_vit():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             torch.testing.assert_close(vit(x).float(), reference, rtol=0.1, atol=0.1)
     train_step(vit, x, opt)
-    assert_idempotent(vit, lambda m: apply_low_precision_layernorm(m, torch.bfloat16), "nn.LayerNorm")
+    assert_idempotent(
+        vit, lambda m: apply_low_precision_layernorm(m, torch.bfloat16), "nn.LayerNorm"
+    )
 
 
 def test_convnext_channels_first_layernorm_is_left_alone():
@@ -97,17 +99,23 @@ def test_convnext_channels_first_layernorm_is_left_alone():
 def test_apply_groupnorm_and_dtype_rules():
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.GroupNorm(4, 8), nn.ReLU())
     apply_low_precision_groupnorm(model, torch.float16)
-    assert isinstance(model[1], LowPrecisionGroupNorm) and model[1].low_precision_dtype == torch.float16
+    assert (
+        isinstance(model[1], LowPrecisionGroupNorm)
+        and model[1].low_precision_dtype == torch.float16
+    )
     assert_no_effect(lambda: apply_low_precision_groupnorm(model, torch.float16), "nn.GroupNorm")
     assert_no_effect(lambda: apply_low_precision_layernorm(model, torch.float16), "nn.LayerNorm")
     ln = nn.Sequential(nn.LayerNorm(4))
-    assert_no_effect(lambda: apply_low_precision_layernorm(ln, torch.float32), "only torch.float16 and torch.bfloat16")
+    assert_no_effect(
+        lambda: apply_low_precision_layernorm(ln, torch.float32),
+        "only torch.float16 and torch.bfloat16",
+    )
     assert type(ln[0]) is nn.LayerNorm
     with pytest.raises(ValueError, match="dtype must be a floating-point"):
         apply_low_precision_layernorm(ln, torch.int8)
-    with pytest.raises(TypeError, match="dtype must be a torch.dtype"):
+    with pytest.raises(TypeError, match=r"dtype must be a torch.dtype"):
         apply_low_precision_layernorm(ln, "bf16")
-    with pytest.raises(TypeError, match="dtype must be a torch.dtype"):
+    with pytest.raises(TypeError, match=r"dtype must be a torch.dtype"):
         LowPrecisionLayerNorm(4, low_precision_dtype="bf16")
     bf16 = nn.Sequential(nn.LayerNorm(4)).to(torch.bfloat16)
     apply_low_precision_layernorm(bf16, torch.bfloat16)

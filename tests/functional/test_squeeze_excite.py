@@ -32,8 +32,11 @@ def test_block_matches_its_definition():
 
 @pytest.mark.parametrize(
     ("latent", "error", "match"),
-    [(0, ValueError, "latent_channels must be > 0"), (2.5, ValueError, "must be an integer"),
-     ("8", TypeError, "latent_channels must be a number")],
+    [
+        (0, ValueError, "latent_channels must be > 0"),
+        (2.5, ValueError, "must be an integer"),
+        ("8", TypeError, "latent_channels must be a number"),
+    ],
 )
 def test_latent_validation(latent, error, match):
     with pytest.raises(error, match=match):
@@ -57,7 +60,9 @@ def test_conv_subclass_keeps_conv_keys_and_parameters():
 def test_apply_se_on_resnet50():
     model = torchvision.models.resnet50()
     expected = sum(
-        1 for m in model.modules() if type(m) is nn.Conv2d and min(m.in_channels, m.out_channels) >= 128
+        1
+        for m in model.modules()
+        if type(m) is nn.Conv2d and min(m.in_channels, m.out_channels) >= 128
     )
     x = torch.randn(2, 3, 32, 32)
     opt = sgd_with_state(model, x)
@@ -81,7 +86,9 @@ def test_apply_se_on_resnet50():
 
     # Old checkpoint -> new model via remap; new checkpoint -> old model with strict=False.
     model.load_state_dict(surgery.remap_state_dict(checkpoint, model))
-    torch.testing.assert_close(converted[0].weight, checkpoint[_name_of(model, converted[0]) + ".weight"])
+    torch.testing.assert_close(
+        converted[0].weight, checkpoint[_name_of(model, converted[0]) + ".weight"]
+    )
     fresh = torchvision.models.resnet50()
     result = fresh.load_state_dict(model.state_dict(), strict=False)
     assert result.missing_keys == [] and all(".se." in k for k in result.unexpected_keys)
@@ -95,7 +102,9 @@ def _name_of(model: nn.Module, module: nn.Module) -> str:
 def test_no_effect_dtype_and_alias():
     assert apply_squeeze_excite is apply_se
     small = torchvision.models.mobilenet_v3_small()
-    assert_no_effect(lambda: apply_se(small, min_channels=1024), "min(in_channels, out_channels) >= 1024")
+    assert_no_effect(
+        lambda: apply_se(small, min_channels=1024), "min(in_channels, out_channels) >= 1024"
+    )
     model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Conv2d(16, 16, 3)).to(torch.float64)
     apply_se(model, latent_channels=0.25, min_channels=16)
     assert isinstance(model[2], SqueezeExciteConv2d) and type(model[0]) is nn.Conv2d

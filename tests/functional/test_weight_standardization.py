@@ -25,7 +25,9 @@ from tests.functional._model_checks import (
 
 def standardized(w: torch.Tensor) -> torch.Tensor:
     flat = w.reshape(w.shape[0], -1).double()
-    out = (flat - flat.mean(1, keepdim=True)) / (flat.var(1, unbiased=False, keepdim=True) + 1e-10).sqrt()
+    out = (flat - flat.mean(1, keepdim=True)) / (
+        flat.var(1, unbiased=False, keepdim=True) + 1e-10
+    ).sqrt()
     return out.reshape(w.shape).to(w.dtype)
 
 
@@ -38,7 +40,9 @@ def test_standardizer(dtype):
     flat = out.double().reshape(6, -1)
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
     torch.testing.assert_close(flat.mean(1), torch.zeros(6, dtype=torch.float64), atol=tol, rtol=0)
-    torch.testing.assert_close(flat.std(1, unbiased=False), torch.ones(6, dtype=torch.float64), atol=tol, rtol=0)
+    torch.testing.assert_close(
+        flat.std(1, unbiased=False), torch.ones(6, dtype=torch.float64), atol=tol, rtol=0
+    )
 
 
 def test_apply_on_resnet18():
@@ -78,7 +82,9 @@ def test_apply_on_resnet18():
     fresh = apply_weight_standardization(torchvision.models.resnet18(), n_last_layers_ignore=1)
     fresh.load_state_dict(model.state_dict())
 
-    assert_no_effect(lambda: apply_weight_standardization(model, n_last_layers_ignore=1), "nn.Conv1d/2d/3d")
+    assert_no_effect(
+        lambda: apply_weight_standardization(model, n_last_layers_ignore=1), "nn.Conv1d/2d/3d"
+    )
     assert all(len(model.get_submodule(n).parametrizations.weight) == 1 for n in done)
     apply_weight_standardization(model)  # now the last one too
     assert parametrize.is_parametrized(model.layer4[1].conv2)
