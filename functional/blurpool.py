@@ -157,8 +157,13 @@ class BlurConv2d(nn.Conv2d):
         )
 
     @classmethod
-    def from_conv2d(cls, conv: nn.Conv2d, *, blur_first: bool = True) -> BlurConv2d:
-        """A ``BlurConv2d`` sharing ``conv``'s ``weight`` and ``bias`` Parameters (no copy)."""
+    def from_conv2d(
+        cls, conv: nn.Conv2d, module_index: int | None = None, *, blur_first: bool = True
+    ) -> BlurConv2d:
+        """A ``BlurConv2d`` sharing ``conv``'s ``weight`` and ``bias`` Parameters (no copy).
+
+        ``module_index`` is unused: it makes the method a surgery policy ``(module, index)``.
+        """
         if not isinstance(conv, nn.Conv2d):
             raise TypeError(f"conv must be an nn.Conv2d, got {type(conv).__name__}")
         new = clone_module_as(conv, cls)
@@ -216,8 +221,11 @@ class BlurMaxPool2d(nn.MaxPool2d):
         self.register_buffer("blur_filter", _blur_kernel(None), persistent=False)
 
     @classmethod
-    def from_maxpool2d(cls, pool: nn.MaxPool2d) -> BlurMaxPool2d:
-        """A ``BlurMaxPool2d`` with ``pool``'s kernel, stride, padding, dilation and ceil_mode."""
+    def from_maxpool2d(cls, pool: nn.MaxPool2d, module_index: int | None = None) -> BlurMaxPool2d:
+        """A ``BlurMaxPool2d`` with ``pool``'s kernel, stride, padding, dilation and ceil_mode.
+
+        ``module_index`` is unused: it makes the method a surgery policy ``(module, index)``.
+        """
         if not isinstance(pool, nn.MaxPool2d):
             raise TypeError(f"pool must be an nn.MaxPool2d, got {type(pool).__name__}")
         if pool.return_indices:
@@ -246,6 +254,7 @@ class BlurPool2d(nn.Module):
     Args:
         channels: number of input channels, or 0 to accept any.
         stride: downsampling factor along H and W (int or pair).
+        padding: must be 1 (accepted for Composer compatibility; see :func:`blur_2d`).
 
     Shape:
         - Input: (B, C, H, W)
@@ -261,9 +270,16 @@ class BlurPool2d(nn.Module):
 
     blur_filter: torch.Tensor
 
-    def __init__(self, channels: int = 0, stride: int | tuple[int, int] = 2) -> None:
+    def __init__(
+        self, channels: int = 0, stride: int | tuple[int, int] = 2, padding: int = 1
+    ) -> None:
         super().__init__()
         self.channels = check_int(channels, "channels", minimum=0)
+        if padding != 1 or isinstance(padding, bool):
+            raise ValueError(
+                f"padding must be 1 (the 3x3 filter is zero-padded by 1 to keep the size at "
+                f"stride 1), got {padding!r}"
+            )
         self.stride = _stride_pair(stride)
         if min(self.stride) < 1:
             raise ValueError(f"stride must be >= 1, got {stride!r}")

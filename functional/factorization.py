@@ -201,8 +201,13 @@ class FactorizedConv2d(_Factorized):
         return self.latent_size
 
     @classmethod
-    def from_conv2d(cls, conv: nn.Conv2d, *, latent_channels: float = 0.25) -> FactorizedConv2d:
-        """The rank-``r`` factorization of ``conv`` (its bias ``Parameter`` is reused)."""
+    def from_conv2d(
+        cls, conv: nn.Conv2d, module_index: int | None = None, *, latent_channels: float = 0.25
+    ) -> FactorizedConv2d:
+        """The rank-``r`` factorization of ``conv`` (its bias ``Parameter`` is reused).
+
+        ``module_index`` is unused: it makes the method a surgery policy ``(module, index)``.
+        """
         if not isinstance(conv, nn.Conv2d):
             raise TypeError(f"conv must be an nn.Conv2d, got {type(conv).__name__}")
         if conv.groups != 1:
@@ -292,8 +297,13 @@ class FactorizedLinear(_Factorized):
         return self.latent_size
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, *, latent_features: float = 0.25) -> FactorizedLinear:
-        """The rank-``r`` factorization of ``linear`` (its bias ``Parameter`` is reused)."""
+    def from_linear(
+        cls, linear: nn.Linear, module_index: int | None = None, *, latent_features: float = 0.25
+    ) -> FactorizedLinear:
+        """The rank-``r`` factorization of ``linear`` (its bias ``Parameter`` is reused).
+
+        ``module_index`` is unused: it makes the method a surgery policy ``(module, index)``.
+        """
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
         new = cls(

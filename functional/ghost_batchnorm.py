@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from functional._checks import check_int, check_module, clone_module_as, warn_no_effect
@@ -33,9 +32,8 @@ _Block = tuple[int, int, int]
 def _plan(batch: int, ghost_batch_size: int) -> list[_Block]:
     """Split ``batch`` samples into ceil(batch / g) ghost batches whose sizes differ by at most 1.
 
-    The first ``batch mod n`` ghost batches get one extra sample. At most two runs come back,
-    each of equal-size ghost batches, so every computation is a reshape, never a loop over
-    samples or ghost batches.
+    The first ``batch mod n`` ghost batches get one extra sample. Returned as at most two runs
+    of equal-size ghost batches, so the statistics combine with scalar weights.
     """
     n = -(-batch // ghost_batch_size)
     q, r = divmod(batch, n)
@@ -45,120 +43,6 @@ def _plan(batch: int, ghost_batch_size: int) -> list[_Block]:
     if n - r:
         blocks.append((r * (q + 1), n - r, q))
     return blocks
-
-
-def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
-    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
-
-
-def _per_sample_sum(t: torch.Tensor, acc: torch.dtype) -> torch.Tensor:
-    """Sum over every dimension after the channel one: (B, C, *S) -> (B, C), in ``acc``."""
-    if t.ndim == 2:
-        return t.to(acc)
-    return t.sum(dim=tuple(range(2, t.ndim)), dtype=acc)
-
-
-def _group_sum(v: torch.Tensor, blocks: list[_Block]) -> torch.Tensor:
-    """Per-sample rows (B, C) summed within each ghost batch: (n, C)."""
-    channels = v.shape[1]
-    parts = [v[s : s + c * k].view(c, k, channels).sum(1) for s, c, k in blocks]
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
-def _expand(v: torch.Tensor, blocks: list[_Block], ndim: int) -> torch.Tensor:
-    """Per-ghost-batch rows (n, C) repeated for each sample: (B, C, 1, ...) for broadcasting."""
-    channels = v.shape[1]
-    parts = []
-    row = 0
-    for _s, c, k in blocks:
-        parts.append(v[row : row + c, None, :].expand(c, k, channels).reshape(c * k, channels))
-        row += c
-    out = parts[0] if len(parts) == 1 else torch.cat(parts)
-    return out.view(out.shape + (1,) * (ndim - 2))
-
-
-def _group_counts(blocks: list[_Block], per_sample: int, like: torch.Tensor) -> torch.Tensor:
-    """Number of values each ghost batch normalizes per channel, as an (n, 1) tensor."""
-    parts = [
-        torch.full((c, 1), float(k * per_sample), device=like.device, dtype=like.dtype)
-        for _s, c, k in blocks
-    ]
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
-def _ghost_stats(
-    x: torch.Tensor, blocks: list[_Block], acc: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and biased variance of every ghost batch and channel: two (n, C) tensors in ``acc``."""
-    batch, channels = x.shape[:2]
-    x3 = x.reshape(batch, channels, -1)
-    means, variances = [], []
-    for s, c, k in blocks:
-        xb = x3[s : s + c * k].view(c, k, channels, -1)
-        var, mean = torch.var_mean(xb.to(acc), dim=(1, 3), correction=0)
-        means.append(mean)
-        variances.append(var)
-    if len(blocks) == 1:
-        return means[0], variances[0]
-    return torch.cat(means), torch.cat(variances)
-
-
-class _GhostNormalize(torch.autograd.Function):
-    """y = (x - mean_k) * invstd_k * weight + bias per ghost batch k, with the exact BN gradient.
-
-    ``mean``/``invstd`` come in as constants computed from ``x``; ``backward`` accounts for their
-    dependence on ``x`` analytically (the standard batch-norm backward, per ghost batch):
-
-    .. math::
-        \\partial x = w\\sigma^{-1}\\big(g - \\overline{g} - \\hat{x}\\,\\overline{g\\hat{x}}\\big)
-
-    where the bars average over the ghost batch's samples and positions. Only ``x`` is saved,
-    like the native kernel, and every reduction accumulates in float32 or better.
-    """
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, mean, invstd, blocks):  # type: ignore[override]
-        acc = mean.dtype
-        scale = invstd if weight is None else invstd * weight.to(acc)
-        shift = -mean * scale
-        if bias is not None:
-            shift = shift + bias.to(acc)
-        y = torch.addcmul(_expand(shift, blocks, x.ndim), x, _expand(scale, blocks, x.ndim))
-        ctx.save_for_backward(x, weight, mean, invstd)
-        ctx.blocks = blocks
-        ctx.bias_dtype = None if bias is None else bias.dtype
-        return y.to(x.dtype)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):  # type: ignore[override]
-        x, weight, mean, invstd = ctx.saved_tensors
-        blocks = ctx.blocks
-        acc = mean.dtype
-        per_sample = x[0, 0].numel()
-        sum_g = _group_sum(_per_sample_sum(grad, acc), blocks)
-        if x.dtype == acc:
-            gx = grad * x
-        else:
-            gx = grad.to(acc) * x.to(acc)
-        sum_gx = _group_sum(_per_sample_sum(gx, acc), blocks)
-        del gx
-        sum_g_xhat = invstd * (sum_gx - mean * sum_g)
-        grad_x = grad_weight = grad_bias = None
-        if weight is not None and ctx.needs_input_grad[1]:
-            grad_weight = sum_g_xhat.sum(0).to(weight.dtype)
-        if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
-            grad_bias = sum_g.sum(0).to(ctx.bias_dtype)
-        if ctx.needs_input_grad[0]:
-            count = _group_counts(blocks, per_sample, mean)
-            a = invstd if weight is None else invstd * weight.to(acc)
-            coef_x = -a * invstd * sum_g_xhat / count
-            coef_c = a * (mean * invstd * sum_g_xhat - sum_g) / count
-            ndim = x.ndim
-            grad_x = torch.addcmul(_expand(coef_c, blocks, ndim), x, _expand(coef_x, blocks, ndim))
-            grad_x.addcmul_(grad, _expand(a, blocks, ndim))
-            grad_x = grad_x.to(x.dtype)
-        return grad_x, grad_weight, grad_bias, None, None, None
 
 
 class _GhostBatchNorm(_BatchNorm):
@@ -183,7 +67,7 @@ class _GhostBatchNorm(_BatchNorm):
         self.ghost_batch_size = check_int(ghost_batch_size, "ghost_batch_size", minimum=1)
 
     @classmethod
-    def from_batchnorm(cls, bn: _BatchNorm, *, ghost_batch_size: int = 32) -> _GhostBatchNorm:
+    def from_batchnorm(cls, bn: _BatchNorm, ghost_batch_size: int = 32) -> _GhostBatchNorm:
         """A ghost batch norm sharing ``bn``'s Parameters and buffers (no copy)."""
         if not isinstance(bn, cls._plain):
             raise TypeError(f"bn must be an nn.{cls._plain.__name__}, got {type(bn).__name__}")
@@ -206,18 +90,26 @@ class _GhostBatchNorm(_BatchNorm):
                 f"ghost_batch_size={self.ghost_batch_size} gives ghost batches of {smallest} "
                 f"sample(s) of {per_sample} value(s) for input shape {tuple(input.shape)}"
             )
-        acc = _accumulation_dtype(input.dtype)
-        with torch.no_grad():
-            mean, var = _ghost_stats(input, blocks, acc)
-            if self.track_running_stats and self.running_mean is not None:
-                self._update_running_stats(mean, var, blocks, batch, per_sample)
-            invstd = torch.rsqrt(var + self.eps)
-        return _GhostNormalize.apply(input, self.weight, self.bias, mean, invstd, blocks)
+        sizes = [k for _s, c, k in blocks for _ in range(c)]
+        outputs, means, inv_stds = [], [], []
+        # The native kernel per ghost batch (forward and backward), without its running-stat
+        # update; it hands back each ghost batch's mean and 1/sqrt(var + eps).
+        for chunk in input.split(sizes):
+            out, mean, inv_std = torch.native_batch_norm(
+                chunk, self.weight, self.bias, None, None, True, 0.0, self.eps
+            )
+            outputs.append(out)
+            means.append(mean)
+            inv_stds.append(inv_std)
+        if self.track_running_stats and self.running_mean is not None:
+            with torch.no_grad():
+                self._update_running_stats(means, inv_stds, blocks, batch, per_sample)
+        return torch.cat(outputs)
 
     def _update_running_stats(
         self,
-        mean: torch.Tensor,
-        var: torch.Tensor,
+        means: list[torch.Tensor],
+        inv_stds: list[torch.Tensor],
         blocks: list[_Block],
         batch: int,
         per_sample: int,
@@ -230,6 +122,19 @@ class _GhostBatchNorm(_BatchNorm):
         ``momentum is None``) is applied once and ``num_batches_tracked`` grows by one.
         """
         assert self.running_mean is not None and self.running_var is not None
+        mean = torch.stack(means)
+        var = torch.stack(inv_stds).pow_(-2).sub_(self.eps).clamp_min_(0)
+        if len(blocks) == 1:  # equal ghost batches
+            between, total_mean = torch.var_mean(mean, dim=0, correction=0)
+            total_var = var.mean(0).add_(between)
+        else:
+            weights = torch.cat(
+                [mean.new_full((c, 1), k / batch) for _s, c, k in blocks]
+            )  # built on the device: no host-to-device copy
+            total_mean = (mean * weights).sum(0)
+            total_var = ((var + (mean - total_mean).square()) * weights).sum(0)
+        n = batch * per_sample
+        total_var.mul_(n / (n - 1))
         if self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
         if self.momentum is None:
@@ -237,22 +142,8 @@ class _GhostBatchNorm(_BatchNorm):
             factor = 1.0 / float(self.num_batches_tracked)
         else:
             factor = self.momentum
-        weights = [k / batch for _s, _c, k in blocks]
-        row_slices = []
-        row = 0
-        for _s, c, _k in blocks:
-            row_slices.append(slice(row, row + c))
-            row += c
-        total_mean = sum(w * mean[rows].sum(0) for w, rows in zip(weights, row_slices, strict=True))
-        total_var = sum(
-            w * (var[rows] + (mean[rows] - total_mean).square()).sum(0)
-            for w, rows in zip(weights, row_slices, strict=True)
-        )
-        n = batch * per_sample
-        unbiased = total_var * (n / (n - 1))
-        for buffer, value in ((self.running_mean, total_mean), (self.running_var, unbiased)):
-            updated = buffer.to(value.dtype) * (1 - factor) + value * factor
-            buffer.copy_(updated)
+        self.running_mean.lerp_(total_mean.to(self.running_mean.dtype), factor)
+        self.running_var.lerp_(total_var.to(self.running_var.dtype), factor)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", ghost_batch_size={self.ghost_batch_size}"

@@ -117,8 +117,13 @@ class SqueezeExciteConv2d(nn.Conv2d):
         )
 
     @classmethod
-    def from_conv2d(cls, conv: nn.Conv2d, *, latent_channels: float = 0.125) -> SqueezeExciteConv2d:
-        """A ``SqueezeExciteConv2d`` sharing ``conv``'s Parameters; only the block is new."""
+    def from_conv2d(
+        cls, conv: nn.Conv2d, module_index: int | None = None, latent_channels: float = 0.125
+    ) -> SqueezeExciteConv2d:
+        """A ``SqueezeExciteConv2d`` sharing ``conv``'s Parameters; only the block is new.
+
+        ``module_index`` is unused: it makes the method a surgery policy ``(module, index)``.
+        """
         if not isinstance(conv, nn.Conv2d):
             raise TypeError(f"conv must be an nn.Conv2d, got {type(conv).__name__}")
         new = clone_module_as(conv, cls)

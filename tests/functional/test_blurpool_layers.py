@@ -7,6 +7,7 @@ import torch
 import torchvision
 from torch import nn
 
+import surgery
 from functional import BlurConv2d, BlurMaxPool2d, BlurPool2d, apply_blurpool
 from functional.blurpool import blur_2d
 from tests.functional._model_checks import (
@@ -108,6 +109,17 @@ def test_blurpool2d():
         BlurPool2d(channels=-1)
     with pytest.raises(ValueError, match="stride"):
         BlurPool2d(stride=0)
+    assert BlurPool2d(5, 2, 1)(x).shape == (2, 5, 5, 4)  # Composer's positional padding=1
+    with pytest.raises(ValueError, match="padding must be 1"):
+        BlurPool2d(5, 2, 0)
+
+
+def test_conversions_are_surgery_policies():
+    model = nn.Sequential(nn.Conv2d(16, 16, 3, stride=2), nn.MaxPool2d(2))
+    surgery.replace_module_classes(
+        model, {nn.Conv2d: BlurConv2d.from_conv2d, nn.MaxPool2d: BlurMaxPool2d.from_maxpool2d}
+    )
+    assert [type(m) for m in model] == [BlurConv2d, BlurMaxPool2d]
 
 
 @pytest.mark.parametrize(
