@@ -148,6 +148,12 @@ def _run(*, quick: bool, device: str) -> list[Table]:
         "factorization: ours factorizes the pretrained weights (truncated SVD); Composer "
         "re-initialises the factors randomly. Step costs are the same architecture."
     )
+    table.notes.append(
+        "Not timed here: the low-precision LayerNorm/GroupNorm transforms (ResNet-50 has neither "
+        "norm) and freeze_layers (a schedule, not an architecture change)."
+    )
+    if quick:
+        table.notes.append("--quick: a smoke run on a tiny network, one repeat; the figures mean nothing.")
     if cf is None:
         table.notes.append("Composer is not installed here: its columns are empty.")
     return [table]

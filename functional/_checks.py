@@ -130,8 +130,8 @@ def clone_module_as(module: nn.Module, cls: type[nn.Module]) -> nn.Module:
     optimizer state) and the state_dict keys survive, and so do the layer's plain attributes
     (``stride``, ``eps``, ``padding_mode``, ...). Dictionaries and sets of the module's
     internals are copied shallowly, so registering a new tensor or submodule on the clone leaves
-    ``module`` untouched. ``cls`` must be a subclass of ``type(module)``'s nearest
-    ``nn.Module`` class the caller converts from; the caller then sets the clone's extra state.
+    ``module`` untouched. ``cls`` is normally a subclass of ``type(module)`` that only adds
+    state; the caller sets that extra state on the clone.
     """
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise TypeError(f"cls must be an nn.Module subclass, got {cls!r}")
