@@ -153,7 +153,9 @@ def _run(*, quick: bool, device: str) -> list[Table]:
         "norm) and freeze_layers (a schedule, not an architecture change)."
     )
     if quick:
-        table.notes.append("--quick: a smoke run on a tiny network, one repeat; the figures mean nothing.")
+        table.notes.append(
+            "--quick: a smoke run on a tiny network, one repeat; the figures mean nothing."
+        )
     if cf is None:
         table.notes.append("Composer is not installed here: its columns are empty.")
     return [table]
