@@ -17,11 +17,42 @@ from functional.alibi import (
     register_alibi,
     unregister_alibi,
 )
+from functional.blurpool import apply_blurpool, BlurConv2d, BlurMaxPool2d, BlurPool2d
+from functional.channels_last import apply_channels_last
+from functional.factorization import apply_factorization, FactorizedConv2d, FactorizedLinear
 from functional.gated_linear_units import apply_gated_linear_units, GatedLinear
+from functional.ghost_batchnorm import (
+    apply_ghost_batchnorm,
+    GhostBatchNorm1d,
+    GhostBatchNorm2d,
+    GhostBatchNorm3d,
+)
 from functional.gradient_clipping import apply_gradient_clipping
+from functional.layer_freezing import freeze_layers
+from functional.low_precision_norm import (
+    apply_low_precision_groupnorm,
+    apply_low_precision_layernorm,
+    LowPrecisionGroupNorm,
+    LowPrecisionLayerNorm,
+)
 from functional.sam import SAMOptimizer
 from functional.scale_schedule import scale_scheduler
+from functional.squeeze_excite import (
+    apply_se,
+    apply_squeeze_excite,
+    SqueezeExcite2d,
+    SqueezeExciteConv2d,
+)
+from functional.stochastic_depth import (
+    apply_stochastic_depth,
+    register_stochastic_block,
+    STOCHASTIC_BLOCKS,
+    StochasticBasicBlock,
+    StochasticBlock,
+    StochasticBottleneck,
+)
 from functional.swa import SWA
+from functional.weight_standardization import apply_weight_standardization, WeightStandardizer
 
 __all__: list[str] = [
     "alibi_bias",
@@ -31,13 +62,42 @@ __all__: list[str] = [
     "AlibiContext",
     "AlibiMultiheadAttention",
     "apply_alibi",
+    "apply_blurpool",
+    "apply_channels_last",
+    "apply_factorization",
     "apply_gated_linear_units",
+    "apply_ghost_batchnorm",
     "apply_gradient_clipping",
+    "apply_low_precision_groupnorm",
+    "apply_low_precision_layernorm",
+    "apply_se",
+    "apply_squeeze_excite",
+    "apply_stochastic_depth",
+    "apply_weight_standardization",
+    "BlurConv2d",
+    "BlurMaxPool2d",
+    "BlurPool2d",
     "DisabledPositionEmbedding",
+    "FactorizedConv2d",
+    "FactorizedLinear",
+    "freeze_layers",
     "GatedLinear",
+    "GhostBatchNorm1d",
+    "GhostBatchNorm2d",
+    "GhostBatchNorm3d",
+    "LowPrecisionGroupNorm",
+    "LowPrecisionLayerNorm",
     "register_alibi",
+    "register_stochastic_block",
     "SAMOptimizer",
     "scale_scheduler",
+    "SqueezeExcite2d",
+    "SqueezeExciteConv2d",
+    "STOCHASTIC_BLOCKS",
+    "StochasticBasicBlock",
+    "StochasticBlock",
+    "StochasticBottleneck",
     "SWA",
     "unregister_alibi",
+    "WeightStandardizer",
 ]

@@ -168,3 +168,23 @@ def foreach_total_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         norms = torch._foreach_norm(group, 2.0, dtype=acc)
         partial.append(torch.linalg.vector_norm(torch.stack(norms)).to(out_device, out_dtype))
     return partial[0] if len(partial) == 1 else torch.linalg.vector_norm(torch.stack(partial))
+def clone_module_as(module: nn.Module, cls: type[nn.Module]) -> nn.Module:
+    """A new instance of ``cls`` that shares ``module``'s parameters, buffers and submodules.
+
+    The building block of the replacement policies that subclass the layer they replace
+    (``BlurConv2d(nn.Conv2d)``, ``GhostBatchNorm2d(nn.BatchNorm2d)``, ...): nothing is
+    re-initialised or copied, so the very same ``Parameter`` objects (and with them the
+    optimizer state) and the state_dict keys survive, and so do the layer's plain attributes
+    (``stride``, ``eps``, ``padding_mode``, ...). Dictionaries and sets of the module's
+    internals are copied shallowly, so registering a new tensor or submodule on the clone leaves
+    ``module`` untouched. ``cls`` is normally a subclass of ``type(module)`` that only adds
+    state; the caller sets that extra state on the clone.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise TypeError(f"cls must be an nn.Module subclass, got {cls!r}")
+    clone = cls.__new__(cls)
+    state = {}
+    for key, value in module.__dict__.items():
+        state[key] = value.copy() if isinstance(value, (dict, set)) else value
+    clone.__dict__.update(state)
+    return clone

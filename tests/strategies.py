@@ -134,3 +134,55 @@ def image_batches(
     if dt == torch.uint8:
         return torch.randint(0, 256, (b, c, h, w), generator=gen, dtype=torch.uint8)
     return torch.rand((b, c, h, w), generator=gen, dtype=torch.float64).to(dt)
+
+
+@dataclass
+class ConvStack:
+    """A drawn convolutional classifier-free network and the input shape it accepts."""
+
+    model: nn.Module
+    in_channels: int
+    height: int
+    width: int
+
+    def example_input(self, batch: int = 4, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(batch, self.in_channels, self.height, self.width, dtype=dtype)
+
+
+@st.composite
+def conv_stacks(draw: st.DrawFn, max_stages: int = 4) -> ConvStack:
+    """A random Sequential of conv stages (strided or not, grouped or not, with BatchNorm or
+    GroupNorm, max-pools), some inside residual wrappers, over inputs large enough for every
+    stride. Widths are 8-32 channels so that width thresholds of the transforms can be drawn."""
+    in_channels = draw(st.sampled_from([3, 8, 16]))
+    height = draw(st.integers(8, 14))
+    width = draw(st.integers(8, 14))
+    layers: list[nn.Module] = []
+    channels, h, w = in_channels, height, width
+    for _ in range(draw(st.integers(1, max_stages))):
+        out = draw(st.sampled_from([8, 16, 32]))
+        k = draw(st.sampled_from([1, 3]))
+        stride = draw(st.sampled_from([1, 2])) if min(h, w) >= 4 else 1
+        groups = draw(st.sampled_from([g for g in (1, 2, 8) if channels % g == 0 and out % g == 0]))
+        bias = draw(st.booleans())
+        conv = nn.Conv2d(channels, out, k, stride=stride, padding=k // 2, groups=groups, bias=bias)
+        norm = draw(st.sampled_from(["batch", "group", "none"]))
+        stage: list[nn.Module] = [conv]
+        if norm == "batch":
+            stage.append(nn.BatchNorm2d(out))
+        elif norm == "group":
+            stage.append(nn.GroupNorm(draw(st.sampled_from([1, 2, 4])), out))
+        stage.append(nn.ReLU())
+        h, w = (h + stride - 1) // stride, (w + stride - 1) // stride
+        pooled = min(h, w) >= 4 and draw(st.booleans())
+        if pooled:
+            stage.append(nn.MaxPool2d(2))
+            h, w = h // 2, w // 2
+        block: nn.Module = nn.Sequential(*stage)
+        if stride == 1 and out == channels and not pooled and draw(st.booleans()):
+            block = Residual(block)
+        layers.append(block)
+        channels = out
+    return ConvStack(
+        model=nn.Sequential(*layers), in_channels=in_channels, height=height, width=width
+    )

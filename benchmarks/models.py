@@ -1,0 +1,175 @@
+"""Training-step cost of the vision model transforms, ours next to Composer's.
+
+For each transform, three copies of the same network are timed interleaved (forward + backward
+of one batch): the untouched baseline, the network after our transform and after Composer's.
+The table gives the step times, each transform's overhead over the baseline (negative: a
+speed-up) and ``composer / ours``, the ratio of step times (> 1: ours is faster).
+
+Full run: torchvision ResNet-50, batch 8 at 64x64. ``--quick``: a one-block-per-stage
+Bottleneck ResNet, batch 4 at 32x32, one repeat (a smoke run: its figures mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import warnings
+from collections.abc import Callable
+
+import torch
+import torchvision
+from torch import nn
+
+import functional as F
+from benchmarks._harness import Table, machine_description, peer, ratio, time_interleaved
+
+__all__ = ["run"]
+
+Apply = Callable[[nn.Module], object]
+
+
+def _ours(ghost: int) -> dict[str, Apply]:
+    return {
+        "blurpool": F.apply_blurpool,
+        "channels_last": F.apply_channels_last,
+        "factorization": F.apply_factorization,
+        "squeeze_excite": F.apply_se,
+        "ghost_batchnorm": lambda m: F.apply_ghost_batchnorm(m, ghost_batch_size=ghost),
+        "stochastic_depth": lambda m: F.apply_stochastic_depth(
+            m, "block", "ResNetBottleneck", drop_rate=0.2, seed=0
+        ),
+        "weight_standardization": F.apply_weight_standardization,
+    }
+
+
+def _composer(cf, ghost: int) -> dict[str, Apply]:
+    return {
+        "blurpool": cf.apply_blurpool,
+        "channels_last": cf.apply_channels_last,
+        "factorization": cf.apply_factorization,
+        "squeeze_excite": cf.apply_squeeze_excite,
+        "ghost_batchnorm": lambda m: cf.apply_ghost_batchnorm(m, ghost_batch_size=ghost),
+        "stochastic_depth": lambda m: cf.apply_stochastic_depth(
+            m, target_layer_name="ResNetBottleneck", stochastic_method="block", drop_rate=0.2
+        ),
+        "weight_standardization": cf.apply_weight_standardization,
+    }
+
+
+def _model(quick: bool) -> nn.Module:
+    if quick:
+        return torchvision.models.resnet.ResNet(torchvision.models.resnet.Bottleneck, [1, 1, 1, 1])
+    return torchvision.models.resnet50()
+
+
+def _step(model: nn.Module, x: torch.Tensor) -> Callable[[], None]:
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        model(x).float().mean().backward()
+
+    return step
+
+
+def _overhead(t: float | None, base: float) -> str | None:
+    return None if t is None else f"{100 * (t / base - 1):+.1f}%"
+
+
+def run(*, quick: bool, device: str) -> list[Table]:
+    # One CPU thread: on a shared machine two OpenMP threads fighting other jobs make step
+    # times swing tenfold, while one thread gives stable ratios. Restored on the way out.
+    threads = torch.get_num_threads()
+    if torch.device(device).type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        return _run(quick=quick, device=device)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(*, quick: bool, device: str) -> list[Table]:
+    torch.manual_seed(0)
+    batch, size, repeats = (4, 32, 1) if quick else (8, 64, 7)
+    cf = peer("composer")
+    base_model = _model(quick).to(device).train()
+    x = torch.randn(batch, 3, size, size, device=device)
+    name = "Bottleneck ResNet [1,1,1,1]" if quick else "ResNet-50"
+    table = Table(
+        f"Training step (forward + backward) of {name}, batch {batch} at {size}x{size}, {device}",
+        [
+            "transform",
+            "baseline ms",
+            "ours ms",
+            "composer ms",
+            "our overhead",
+            "composer overhead",
+            "composer / ours",
+        ],
+    )
+    ours = _ours(batch // 2)
+    theirs = _composer(cf, batch // 2) if cf is not None else {}
+    for transform, apply in ours.items():
+        torch.manual_seed(0)
+        candidates = {"baseline": _step(base_model, x)}
+        ours_model = copy.deepcopy(base_model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            apply(ours_model)
+        inputs = x.to(memory_format=torch.channels_last) if transform == "channels_last" else x
+        candidates["ours"] = _step(ours_model, inputs)
+        if transform in theirs:
+            composer_model = copy.deepcopy(base_model)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                theirs[transform](composer_model)
+            candidates["composer"] = _step(composer_model, inputs)
+        times = time_interleaved(candidates, repeats=repeats, warmup=1, device=device)
+        base, mine, other = times["baseline"], times["ours"], times.get("composer")
+        table.add(
+            transform,
+            1e3 * base,
+            1e3 * mine,
+            None if other is None else 1e3 * other,
+            _overhead(mine, base),
+            _overhead(other, base),
+            ratio(other, mine),
+        )
+    table.notes.append(machine_description())
+    table.notes.append(
+        "Overheads are relative to the untouched network timed in the same interleaved run; "
+        "channels_last and factorization are expected to be speed-ups (negative overheads), the "
+        "others cost time for accuracy. composer / ours > 1 means ours is faster."
+    )
+    table.notes.append(
+        "stochastic_depth: ours draws drop decisions on the device and multiplies the branch by "
+        "0 or 1/(1-p) (no host sync, every parameter used, DDP-friendly); Composer reads each "
+        "decision on the host (one sync per block) and skips dropped branches, saving their compute."
+    )
+    table.notes.append(
+        "factorization: ours factorizes the pretrained weights (truncated SVD); Composer "
+        "re-initialises the factors randomly. Step costs are the same architecture."
+    )
+    table.notes.append(
+        "Not timed here: the low-precision LayerNorm/GroupNorm transforms (ResNet-50 has neither "
+        "norm) and freeze_layers (a schedule, not an architecture change)."
+    )
+    if quick:
+        table.notes.append(
+            "--quick: a smoke run on a tiny network, one repeat; the figures mean nothing."
+        )
+    if cf is None:
+        table.notes.append("Composer is not installed here: its columns are empty.")
+    return [table]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny model, few repeats")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    torch.set_num_threads(min(torch.get_num_threads(), 2))
+    for table in run(quick=args.quick, device=args.device):
+        print(table.markdown())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Progressive layer freezing (FreezeOut, Brock et al. 2017; Freeze Training, Raghu et al. 2017)."""
+
+from __future__ import annotations
+
+from torch import nn
+from torch.nn.modules.batchnorm import _NormBase
+
+from functional._checks import check_in_range, check_int, check_module, warn_no_effect
+from surgery import update_params_in_optimizer
+from surgery._types import OptimizerArg, as_optimizer_list
+
+__all__ = ["freeze_layers"]
+
+_ROUNDING_SLACK = 1e-9
+
+
+def _freeze_fraction(progress: float, freeze_start: float, freeze_level: float) -> float:
+    if progress <= freeze_start or freeze_start >= 1.0:
+        return 0.0
+    return freeze_level * (progress - freeze_start) / (1.0 - freeze_start)
+
+
+def _keep_in_eval(module: nn.Module, _args: object) -> None:
+    """Forward pre-hook of a frozen normalization layer: run it in eval mode whatever
+    ``model.train()`` set, so it normalizes with, and never updates, its running statistics."""
+    module.training = False
+
+
+def _freeze_norm_statistics(module: nn.Module) -> None:
+    if not isinstance(module, _NormBase) or not module.track_running_stats:
+        return
+    module.training = False
+    if _keep_in_eval not in module._forward_pre_hooks.values():
+        module.register_forward_pre_hook(_keep_in_eval)
+
+
+def freeze_layers(
+    model: nn.Module,
+    optimizers: OptimizerArg,
+    current_epoch: int,
+    max_epochs: int,
+    freeze_start: float = 0.5,
+    freeze_level: float = 1.0,
+) -> tuple[int, float]:
+    """Freeze the first layers of ``model``, more of them as training progresses, in place.
+
+    With ``progress = current_epoch / max_epochs``, the fraction of layers to freeze is
+
+    .. math::
+        f = \\begin{cases} 0 & \\text{progress} \\le s \\\\
+        \\ell\\,\\frac{\\text{progress} - s}{1 - s} & \\text{otherwise} \\end{cases}
+
+    (``s = freeze_start``, ``ℓ = freeze_level``), and the first ``floor(f · L)`` of the ``L``
+    layers are frozen. A *layer* is a module that owns parameters directly
+    (``module.parameters(recurse=False)`` is not empty), taken in ``model.modules()``
+    (registration) order, so containers never count and a module holding its own parameters
+    next to its children (a class token, a position embedding) does.
+
+    Freezing a layer sets ``requires_grad=False`` on its parameters, drops their ``.grad``,
+    and removes them from every optimizer together with their state (momentum, Adam moments),
+    so weight decay and momentum stop moving them and ``optimizer.state_dict()`` stays
+    consistent. A frozen normalization layer that tracks running statistics (BatchNorm,
+    InstanceNorm with ``track_running_stats``) is put in eval mode, and a forward pre-hook keeps
+    it there even after ``model.train()``: it normalizes with its running statistics and never
+    updates them, so the frozen part of the network computes a fixed function. Layers stay
+    frozen on later calls; call once per epoch.
+
+    Args:
+        model: the model being trained.
+        optimizers: the optimizer(s) holding the model's parameters (or ``None``).
+        current_epoch: the number of epochs completed, ``0 <= current_epoch <= max_epochs``.
+        max_epochs: the total number of epochs (>= 1).
+        freeze_start: the progress in [0, 1] at which freezing begins.
+        freeze_level: the fraction in [0, 1] of layers frozen at the end of training.
+
+    Returns:
+        ``(n_frozen, frozen_fraction)``: the number of frozen layers and the scheduled fraction.
+
+    Warns:
+        surgery.NoEffectWarning: when the model has no parameters at all.
+
+    Example:
+        >>> import torch
+        >>> model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(4)])
+        >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> freeze_layers(model, opt, current_epoch=3, max_epochs=4, freeze_start=0.5)
+        (2, 0.5)
+        >>> len(opt.param_groups[0]["params"]), model[0].weight.requires_grad
+        (4, False)
+
+    Reference:
+        Brock, Lim, Ritchie and Weston, "FreezeOut: Accelerate Training by Progressively
+        Freezing Layers", arXiv:1706.04983.
+    """
+    check_module(model)
+    opts = as_optimizer_list(optimizers)
+    max_epochs = check_int(max_epochs, "max_epochs", minimum=1)
+    current_epoch = check_int(current_epoch, "current_epoch", minimum=0)
+    if current_epoch > max_epochs:
+        raise ValueError(f"current_epoch must be <= max_epochs ({max_epochs}), got {current_epoch}")
+    freeze_start = check_in_range(freeze_start, "freeze_start", 0.0, 1.0)
+    freeze_level = check_in_range(freeze_level, "freeze_level", 0.0, 1.0)
+
+    layers = [m for m in model.modules() if next(m.parameters(recurse=False), None) is not None]
+    if not layers:
+        warn_no_effect("freeze_layers", "modules with parameters to freeze")
+        return 0, 0.0
+    fraction = _freeze_fraction(current_epoch / max_epochs, freeze_start, freeze_level)
+    n_frozen = min(len(layers), int(fraction * len(layers) + _ROUNDING_SLACK))
+    frozen = []
+    for layer in layers[:n_frozen]:
+        for param in layer.parameters(recurse=False):
+            if param.requires_grad:
+                param.requires_grad_(False)
+            param.grad = None
+            frozen.append(param)
+        _freeze_norm_statistics(layer)
+    if frozen and opts:
+        update_params_in_optimizer(frozen, [], opts)
+    return n_frozen, fraction

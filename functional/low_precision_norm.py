@@ -1,0 +1,247 @@
+"""LayerNorm and GroupNorm that run in low precision under autocast.
+
+Autocast runs ``layer_norm`` and ``group_norm`` in float32, which makes them memory-bound
+float32 passes in the middle of a half-precision model. These layers instead compute in a chosen
+low-precision dtype while autocast is enabled on the input's device, the way autocast treats the
+ops it runs in low precision, and hand back the input's dtype. Outside autocast they are exactly
+``nn.LayerNorm``/``nn.GroupNorm``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from functional._checks import check_module, clone_module_as, warn_no_effect
+from surgery import replace_module_classes
+from surgery._types import OptimizerArg
+
+__all__ = [
+    "LowPrecisionGroupNorm",
+    "LowPrecisionLayerNorm",
+    "apply_low_precision_groupnorm",
+    "apply_low_precision_layernorm",
+]
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _check_dtype(dtype: object) -> bool:
+    """Validate ``dtype``; return whether it is a low-precision one (float16/bfloat16)."""
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(
+            f"dtype must be a torch.dtype (torch.float16 or torch.bfloat16), got {dtype!r}"
+        )
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype}")
+    return dtype in _LOW_PRECISION
+
+
+def _autocast_on(x: torch.Tensor) -> bool:
+    device_type = x.device.type
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except (RuntimeError, TypeError):  # a device type autocast does not know
+        return False
+
+
+def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    return None if t is None else t.to(dtype)
+
+
+class LowPrecisionLayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` computed in ``low_precision_dtype`` while autocast is enabled.
+
+    Under autocast on the input's device, the input, weight and bias are cast to
+    ``low_precision_dtype``, the normalization runs there (autocast disabled) and the result is
+    cast back to the input's dtype; otherwise this is ``nn.LayerNorm``. Same parameters and
+    state_dict keys as ``nn.LayerNorm``.
+
+    Shape:
+        - Input: (*, *normalized_shape)
+        - Output: same shape, the input's dtype
+
+    Example:
+        >>> ln = LowPrecisionLayerNorm(8, low_precision_dtype=torch.bfloat16)
+        >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+        ...     y = ln(torch.randn(2, 8))
+        >>> y.dtype
+        torch.float32
+    """
+
+    low_precision_dtype: torch.dtype
+
+    def __init__(self, *args, low_precision_dtype: torch.dtype = torch.bfloat16, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        _check_dtype(low_precision_dtype)
+        self.low_precision_dtype = low_precision_dtype
+
+    @classmethod
+    def from_layernorm(
+        cls, ln: nn.LayerNorm, low_precision_dtype: torch.dtype
+    ) -> LowPrecisionLayerNorm:
+        """A ``LowPrecisionLayerNorm`` sharing ``ln``'s Parameters (no copy)."""
+        if not isinstance(ln, nn.LayerNorm):
+            raise TypeError(f"ln must be an nn.LayerNorm, got {type(ln).__name__}")
+        _check_dtype(low_precision_dtype)
+        new = clone_module_as(ln, cls)
+        new.low_precision_dtype = low_precision_dtype
+        return new
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not _autocast_on(input):
+            return super().forward(input)
+        dtype = self.low_precision_dtype
+        with torch.autocast(device_type=input.device.type, enabled=False):
+            out = F.layer_norm(
+                input.to(dtype),
+                self.normalized_shape,
+                _cast(self.weight, dtype),
+                _cast(self.bias, dtype),
+                self.eps,
+            )
+        return out.to(input.dtype)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", low_precision_dtype={self.low_precision_dtype}"
+
+
+class LowPrecisionGroupNorm(nn.GroupNorm):
+    """``nn.GroupNorm`` computed in ``low_precision_dtype`` while autocast is enabled.
+
+    See :class:`LowPrecisionLayerNorm`.
+
+    Shape:
+        - Input: (B, C, *)
+        - Output: same shape, the input's dtype
+
+    Example:
+        >>> gn = LowPrecisionGroupNorm(2, 8, low_precision_dtype=torch.bfloat16)
+        >>> gn(torch.randn(2, 8, 3)).dtype
+        torch.float32
+    """
+
+    low_precision_dtype: torch.dtype
+
+    def __init__(self, *args, low_precision_dtype: torch.dtype = torch.bfloat16, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        _check_dtype(low_precision_dtype)
+        self.low_precision_dtype = low_precision_dtype
+
+    @classmethod
+    def from_groupnorm(
+        cls, gn: nn.GroupNorm, low_precision_dtype: torch.dtype
+    ) -> LowPrecisionGroupNorm:
+        """A ``LowPrecisionGroupNorm`` sharing ``gn``'s Parameters (no copy)."""
+        if not isinstance(gn, nn.GroupNorm):
+            raise TypeError(f"gn must be an nn.GroupNorm, got {type(gn).__name__}")
+        _check_dtype(low_precision_dtype)
+        new = clone_module_as(gn, cls)
+        new.low_precision_dtype = low_precision_dtype
+        return new
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not _autocast_on(input):
+            return super().forward(input)
+        dtype = self.low_precision_dtype
+        with torch.autocast(device_type=input.device.type, enabled=False):
+            out = F.group_norm(
+                input.to(dtype),
+                self.num_groups,
+                _cast(self.weight, dtype),
+                _cast(self.bias, dtype),
+                self.eps,
+            )
+        return out.to(input.dtype)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", low_precision_dtype={self.low_precision_dtype}"
+
+
+def _apply(
+    model: nn.Module,
+    dtype: torch.dtype,
+    optimizers: OptimizerArg,
+    plain: type[nn.Module],
+    convert,
+    transform: str,
+) -> nn.Module:
+    check_module(model)
+    if not _check_dtype(dtype):
+        warn_no_effect(
+            transform,
+            f"layers to run in {dtype}: only torch.float16 and torch.bfloat16 are low precision",
+        )
+        return model
+    replaced = replace_module_classes(
+        model, {plain: lambda m, _i: convert(m, dtype)}, optimizers=optimizers, exact_type=True
+    )
+    if not replaced:
+        warn_no_effect(transform, f"nn.{plain.__name__} layers (exact type)")
+    return model
+
+
+def apply_low_precision_layernorm(
+    model: nn.Module, dtype: torch.dtype, optimizers: OptimizerArg = None
+) -> nn.Module:
+    """Make the ``nn.LayerNorm`` layers of ``model`` run in ``dtype`` under autocast, in place.
+
+    Each exact ``nn.LayerNorm`` becomes a :class:`LowPrecisionLayerNorm` sharing its
+    Parameters (weights, optimizer state and state_dict keys kept). Subclasses with their own
+    ``forward`` (torchvision's channels-first ``LayerNorm2d`` in ConvNeXt, for instance) are
+    left alone; converting them would break their layout handling. Outside autocast the model
+    computes exactly what it did; under autocast each converted layer computes in ``dtype``
+    and returns its input's dtype. A full-precision ``dtype`` (float32/float64) has nothing to
+    do and only warns.
+
+    Args:
+        model: the model to change in place.
+        dtype: ``torch.float16`` or ``torch.bfloat16``.
+        optimizers: optimizers holding ``model``'s parameters (kept consistent).
+
+    Returns:
+        ``model``, changed in place.
+
+    Warns:
+        surgery.NoEffectWarning: when the model has no ``nn.LayerNorm`` or ``dtype`` is not a
+            low-precision dtype.
+
+    Example:
+        >>> model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))
+        >>> model = apply_low_precision_layernorm(model, torch.bfloat16)
+        >>> type(model[1]).__name__
+        'LowPrecisionLayerNorm'
+    """
+    return _apply(
+        model,
+        dtype,
+        optimizers,
+        nn.LayerNorm,
+        LowPrecisionLayerNorm.from_layernorm,
+        "apply_low_precision_layernorm",
+    )
+
+
+def apply_low_precision_groupnorm(
+    model: nn.Module, dtype: torch.dtype, optimizers: OptimizerArg = None
+) -> nn.Module:
+    """Make the ``nn.GroupNorm`` layers of ``model`` run in ``dtype`` under autocast, in place.
+
+    See :func:`apply_low_precision_layernorm`; exact ``nn.GroupNorm`` instances become
+    :class:`LowPrecisionGroupNorm`.
+
+    Example:
+        >>> model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.GroupNorm(2, 8))
+        >>> model = apply_low_precision_groupnorm(model, torch.float16)
+        >>> model[1].low_precision_dtype
+        torch.float16
+    """
+    return _apply(
+        model,
+        dtype,
+        optimizers,
+        nn.GroupNorm,
+        LowPrecisionGroupNorm.from_groupnorm,
+        "apply_low_precision_groupnorm",
+    )

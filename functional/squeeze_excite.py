@@ -1,0 +1,202 @@
+"""Squeeze-and-Excitation (Hu et al. 2018): channel attention after convolutions.
+
+:class:`SqueezeExcite2d` is the block; :class:`SqueezeExciteConv2d` is an ``nn.Conv2d`` followed
+by one, keeping the convolution's parameter names so checkpoints keep loading; ``apply_se`` (alias
+``apply_squeeze_excite``) adds blocks after the wide convolutions of a model.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+from torch import nn
+
+from functional._checks import check_int, check_module, clone_module_as, warn_no_effect
+from surgery import replace_module_classes
+from surgery._types import OptimizerArg
+from surgery.checkpoint import fill_missing_entries
+
+__all__ = ["SqueezeExcite2d", "SqueezeExciteConv2d", "apply_se", "apply_squeeze_excite"]
+
+
+def _latent_size(latent_channels: float, num_features: int) -> int:
+    """An absolute width (>= 1), or a fraction (< 1) of ``num_features`` rounded down, at least 1."""
+    if isinstance(latent_channels, bool) or not isinstance(latent_channels, numbers.Real):
+        raise TypeError(f"latent_channels must be a number, got {type(latent_channels).__name__}")
+    if not latent_channels > 0:
+        raise ValueError(f"latent_channels must be > 0, got {latent_channels}")
+    if latent_channels < 1:
+        return max(1, int(latent_channels * num_features))
+    if latent_channels != int(latent_channels):
+        raise ValueError(
+            f"latent_channels must be an integer when >= 1 (a fraction when < 1), "
+            f"got {latent_channels}"
+        )
+    return int(latent_channels)
+
+
+class SqueezeExcite2d(nn.Module):
+    """Squeeze-and-Excitation block: rescale each channel by a gate computed from all channels.
+
+    .. math::
+        s = \\operatorname{mean}_{h,w} x, \\qquad
+        a = \\sigma\\big(W_2\\,\\mathrm{ReLU}(W_1 s + b_1) + b_2\\big), \\qquad
+        y_{c,h,w} = a_c\\,x_{c,h,w}
+
+    Args:
+        num_features: channels of the input.
+        latent_channels: width of the hidden layer; a value below 1 is a fraction of
+            ``num_features`` (rounded down, at least 1).
+
+    Shape:
+        - Input: (B, C, H, W)
+        - Output: (B, C, H, W)
+
+    Example:
+        >>> se = SqueezeExcite2d(16, latent_channels=0.25)
+        >>> se.fc1.out_features, se(torch.randn(2, 16, 5, 5)).shape
+        (4, torch.Size([2, 16, 5, 5]))
+
+    Reference:
+        Hu, Shen, Albanie, Sun and Wu, "Squeeze-and-Excitation Networks", CVPR 2018.
+    """
+
+    def __init__(
+        self, num_features: int, latent_channels: float = 0.125, *, device=None, dtype=None
+    ) -> None:
+        super().__init__()
+        num_features = check_int(num_features, "num_features", minimum=1)
+        latent = _latent_size(latent_channels, num_features)
+        self.fc1 = nn.Linear(num_features, latent, device=device, dtype=dtype)
+        self.fc2 = nn.Linear(latent, num_features, device=device, dtype=dtype)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        squeezed = input.mean(dim=(2, 3))
+        gate = torch.sigmoid(self.fc2(torch.relu(self.fc1(squeezed))))
+        return input * gate[:, :, None, None]
+
+
+class SqueezeExciteConv2d(nn.Conv2d):
+    """An ``nn.Conv2d`` followed by a :class:`SqueezeExcite2d` on its output.
+
+    A subclass of ``nn.Conv2d``: the convolution's ``weight`` and ``bias`` keep their
+    state_dict keys and the block's parameters are added under ``se.*``. A checkpoint of the
+    plain convolution loads after :func:`surgery.remap_state_dict` (which fills in the block's
+    current values); one saved afterwards loads into the plain model with ``strict=False``.
+
+    Args:
+        *args, **kwargs: the ``nn.Conv2d`` arguments.
+        latent_channels: the block's hidden width (fraction of ``out_channels`` when < 1).
+
+    Shape:
+        - Input: (B, C_in, H, W)
+        - Output: (B, C_out, H_out, W_out), as the plain convolution.
+
+    Example:
+        >>> conv = SqueezeExciteConv2d(8, 16, 3, padding=1, latent_channels=4)
+        >>> conv(torch.randn(2, 8, 6, 6)).shape
+        torch.Size([2, 16, 6, 6])
+
+    Reference:
+        Hu, Shen, Albanie, Sun and Wu, "Squeeze-and-Excitation Networks", CVPR 2018.
+    """
+
+    se: SqueezeExcite2d
+
+    def __init__(self, *args, latent_channels: float = 0.125, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._init_se(latent_channels)
+
+    def _init_se(self, latent_channels: float) -> None:
+        self.se = SqueezeExcite2d(
+            self.out_channels,
+            latent_channels,
+            device=self.weight.device,
+            dtype=self.weight.dtype,
+        )
+
+    @classmethod
+    def from_conv2d(
+        cls, conv: nn.Conv2d, module_index: int | None = None, latent_channels: float = 0.125
+    ) -> SqueezeExciteConv2d:
+        """A ``SqueezeExciteConv2d`` sharing ``conv``'s Parameters; only the block is new.
+
+        ``module_index`` is unused: it makes the method a surgery policy ``(module, index)``.
+        """
+        if not isinstance(conv, nn.Conv2d):
+            raise TypeError(f"conv must be an nn.Conv2d, got {type(conv).__name__}")
+        new = clone_module_as(conv, cls)
+        new._init_se(latent_channels)
+        return new
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return self.se(super().forward(input))
+
+    def surgery_remap_state_dict(self, state_dict: dict[str, torch.Tensor], prefix: str) -> None:
+        """Give a checkpoint of the plain convolution the block's current parameters."""
+        if prefix + "weight" in state_dict:
+            fill_missing_entries(
+                state_dict, self, prefix, [k for k in self.state_dict() if k.startswith("se.")]
+            )
+
+
+def apply_se(
+    model: nn.Module,
+    latent_channels: float = 64,
+    min_channels: int = 128,
+    optimizers: OptimizerArg = None,
+) -> nn.Module:
+    """Add a Squeeze-and-Excitation block after every wide ``nn.Conv2d`` of ``model``, in place.
+
+    Each exact ``nn.Conv2d`` with ``min(in_channels, out_channels) >= min_channels`` becomes a
+    :class:`SqueezeExciteConv2d` that shares the convolution's Parameters (pretrained weights,
+    optimizer state and state_dict keys are kept); only the block's two linear layers are new,
+    with PyTorch's default initialisation, and they join the optimizer param group of the
+    convolution's weight. Convolutions already converted by this or another transform are left
+    alone, so the transform is idempotent.
+
+    Args:
+        model: the model to change in place.
+        latent_channels: hidden width of each block; below 1, a fraction of the convolution's
+            output channels.
+        min_channels: only convolutions at least this wide in both directions get a block
+            (deeper, narrower-in-space layers, where the block is cheap).
+        optimizers: optimizers holding ``model``'s parameters; the new parameters are added.
+
+    Returns:
+        ``model``, changed in place.
+
+    Warns:
+        surgery.NoEffectWarning: when no convolution is wide enough.
+
+    Example:
+        >>> from torchvision.models import resnet18
+        >>> model = apply_se(resnet18(), latent_channels=0.25, min_channels=256)
+        >>> sum(isinstance(m, SqueezeExciteConv2d) for m in model.modules())
+        8
+
+    Reference:
+        Hu, Shen, Albanie, Sun and Wu, "Squeeze-and-Excitation Networks", CVPR 2018.
+    """
+    check_module(model)
+    _latent_size(latent_channels, 1)  # validates the value
+    min_channels = check_int(min_channels, "min_channels", minimum=0)
+
+    def convert(conv: nn.Module, _index: int) -> nn.Module | None:
+        assert isinstance(conv, nn.Conv2d)
+        if min(conv.in_channels, conv.out_channels) < min_channels:
+            return None
+        return SqueezeExciteConv2d.from_conv2d(conv, latent_channels=latent_channels)
+
+    replaced = replace_module_classes(
+        model, {nn.Conv2d: convert}, optimizers=optimizers, exact_type=True
+    )
+    if not replaced:
+        warn_no_effect(
+            "apply_se", f"nn.Conv2d with min(in_channels, out_channels) >= {min_channels}"
+        )
+    return model
+
+
+apply_squeeze_excite = apply_se

@@ -1,0 +1,393 @@
+"""Stochastic depth (Huang et al. 2016): randomly skip residual branches while training.
+
+The stochastic blocks subclass the blocks they replace (torchvision's ``Bottleneck`` and
+``BasicBlock``), so parameters and state_dict keys stay. A kept branch is scaled by
+``1 / (1 - p)`` while training (inverted scaling), so evaluation computes exactly what the
+unmodified model computes.
+
+Drop decisions are drawn on the activations' device from a generator the transform gives the
+model, so no block ever synchronises with the host: the branch is always computed and multiplied
+by its 0-or-``1/(1-p)`` factor. Every parameter therefore takes part in every step, which also
+keeps ``DistributedDataParallel`` happy without ``find_unused_parameters``.
+
+Other residual blocks plug in through :func:`register_stochastic_block`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torchvision.models.resnet import BasicBlock, Bottleneck
+
+from functional._checks import (
+    check_int,
+    check_module,
+    check_one_of,
+    check_probability,
+    clone_module_as,
+    warn_no_effect,
+)
+from surgery import replace_module_classes
+from surgery._types import OptimizerArg
+
+__all__ = [
+    "STOCHASTIC_BLOCKS",
+    "StochasticBasicBlock",
+    "StochasticBlock",
+    "StochasticBottleneck",
+    "apply_stochastic_depth",
+    "register_stochastic_block",
+]
+
+_METHODS = ("block", "sample")
+_DISTRIBUTIONS = ("uniform", "linear")
+_SEED_MASK = (1 << 63) - 1
+
+
+def _rank() -> int:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return 0
+
+
+def _mix(seed: int, rank: int) -> int:
+    """A rank-specific seed (SplitMix64 finaliser of seed and rank)."""
+    z = (seed + 0x9E3779B97F4A7C15 * (rank + 1)) & ((1 << 64) - 1)
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & ((1 << 64) - 1)
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & ((1 << 64) - 1)
+    return (z ^ (z >> 31)) & _SEED_MASK
+
+
+def _agreed_seed(seed: int | None) -> int:
+    """``seed``, or one seed shared by every rank: rank 0's, broadcast once when distributed."""
+    if seed is None:
+        seed = _mix(torch.initial_seed(), 0x5D)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        device = torch.device("cpu")
+        if dist.get_backend() == "nccl":
+            device = torch.device("cuda", torch.cuda.current_device())
+        box = torch.tensor([seed], dtype=torch.int64, device=device)
+        dist.broadcast(box, src=0)
+        seed = int(box.item())
+    return seed & _SEED_MASK
+
+
+class _DropGenerators:
+    """The generators one stochastic model draws its decisions from, one per device.
+
+    ``shared=True``: seeded with the same seed on every rank, so ranks that run the same blocks
+    in the same order draw the same decisions. ``shared=False``: seeded per rank. Block
+    decisions use :meth:`block`; per-sample decisions always use the rank-specific stream
+    (different samples on every rank), which never disturbs the shared stream.
+    """
+
+    def __init__(self, seed: int, *, shared: bool) -> None:
+        self.seed = seed
+        self.shared = shared
+        self._generators: dict[tuple[str, bool], torch.Generator] = {}
+
+    def _get(self, device: torch.device, shared: bool) -> torch.Generator:
+        key = (str(device), shared)
+        generator = self._generators.get(key)
+        if generator is None:
+            generator = torch.Generator(device=device)
+            generator.manual_seed(self.seed if shared else _mix(self.seed, _rank()))
+            self._generators[key] = generator
+        return generator
+
+    def block(self, device: torch.device) -> torch.Generator:
+        return self._get(device, self.shared)
+
+    def sample(self, device: torch.device) -> torch.Generator:
+        return self._get(device, False)
+
+
+class StochasticBlock(nn.Module):
+    """Mixin for residual blocks with stochastic depth; see :func:`register_stochastic_block`.
+
+    A subclass defines ``forward`` and scales its residual branch with :meth:`drop_branch`
+    (or adds it to the shortcut with :meth:`add_branch`). The attributes ``drop_rate`` (in
+    [0, 1]) and ``stochastic_method`` (``'block'`` or ``'sample'``) may be changed at any time,
+    for instance to warm the drop rate up.
+    """
+
+    drop_rate: float
+    stochastic_method: str
+    _drop_generators: _DropGenerators | None
+
+    def _init_stochastic(
+        self,
+        drop_rate: float,
+        stochastic_method: str,
+        generators: _DropGenerators | None = None,
+    ) -> None:
+        self.drop_rate = check_probability(drop_rate, "drop_rate")
+        check_one_of(stochastic_method, "stochastic_method", _METHODS)
+        self.stochastic_method = stochastic_method
+        self._drop_generators = generators
+
+    def branch_scale(self, branch: torch.Tensor) -> torch.Tensor | None:
+        """The factor for the branch: ``None`` (keep as is) outside training or at rate 0, else
+        a 0-d (``'block'``) or (B, 1, ...) (``'sample'``) tensor of 0 or ``1 / (1 - p)``."""
+        p = self.drop_rate
+        if not self.training or p == 0:
+            return None
+        if self.stochastic_method == "block":
+            shape: tuple[int, ...] = ()
+            gens = self._drop_generators
+            generator = gens.block(branch.device) if gens is not None else None
+        else:
+            shape = (branch.shape[0],) + (1,) * (branch.ndim - 1)
+            gens = self._drop_generators
+            generator = gens.sample(branch.device) if gens is not None else None
+        draw = torch.rand(shape, device=branch.device, generator=generator)
+        keep = (draw >= p).to(branch.dtype)
+        return keep * (1.0 / (1.0 - p)) if p < 1 else keep
+
+    def drop_branch(self, branch: torch.Tensor) -> torch.Tensor:
+        """``branch`` times its drop factor (``branch`` itself outside training)."""
+        scale = self.branch_scale(branch)
+        return branch if scale is None else branch * scale
+
+    def add_branch(self, shortcut: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
+        """``shortcut + factor * branch``, fused into one op while training."""
+        scale = self.branch_scale(branch)
+        if scale is None:
+            return branch + shortcut
+        return torch.addcmul(shortcut, branch, scale)
+
+    def _add_branch_(self, shortcut: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
+        # As add_branch, but adds in place into ``branch`` (a fresh activation) as torchvision does.
+        scale = self.branch_scale(branch)
+        if scale is None:
+            branch += shortcut
+            return branch
+        return torch.addcmul(shortcut, branch, scale)
+
+    def extra_repr(self) -> str:
+        return f"drop_rate={self.drop_rate:.4g}, stochastic_method={self.stochastic_method!r}"
+
+
+class StochasticBottleneck(StochasticBlock, Bottleneck):
+    """torchvision's ResNet ``Bottleneck`` with stochastic depth on its residual branch.
+
+    Training: ``relu(shortcut(x) + m · branch(x))`` with ``m = 0`` with probability ``p`` and
+    ``1/(1-p)`` otherwise, per block (``'block'``) or per sample (``'sample'``); evaluation:
+    exactly ``Bottleneck.forward``. See :func:`apply_stochastic_depth`.
+
+    Args:
+        *args, **kwargs: the ``Bottleneck`` arguments.
+        drop_rate: probability ``p`` of dropping the branch.
+        stochastic_method: ``'block'`` or ``'sample'``.
+
+    Shape:
+        - Input: (B, C_in, H, W)
+        - Output: as ``Bottleneck``.
+
+    Example:
+        >>> block = StochasticBottleneck(64, 16, drop_rate=0.5)
+        >>> block(torch.randn(2, 64, 8, 8)).shape
+        torch.Size([2, 64, 8, 8])
+
+    Reference:
+        Huang, Sun, Liu, Sedra and Weinberger, "Deep Networks with Stochastic Depth", ECCV 2016.
+    """
+
+    def __init__(
+        self, *args, drop_rate: float = 0.2, stochastic_method: str = "block", **kwargs
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._init_stochastic(drop_rate, stochastic_method)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        return self.relu(self._add_branch_(identity, out))
+
+
+class StochasticBasicBlock(StochasticBlock, BasicBlock):
+    """torchvision's ResNet ``BasicBlock`` with stochastic depth on its residual branch.
+
+    See :class:`StochasticBottleneck` and :func:`apply_stochastic_depth`.
+
+    Shape:
+        - Input: (B, C_in, H, W)
+        - Output: as ``BasicBlock``.
+
+    Example:
+        >>> block = StochasticBasicBlock(8, 8, drop_rate=0.1, stochastic_method="sample")
+        >>> block(torch.randn(2, 8, 5, 5)).shape
+        torch.Size([2, 8, 5, 5])
+
+    Reference:
+        Huang, Sun, Liu, Sedra and Weinberger, "Deep Networks with Stochastic Depth", ECCV 2016.
+    """
+
+    def __init__(
+        self, *args, drop_rate: float = 0.2, stochastic_method: str = "block", **kwargs
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._init_stochastic(drop_rate, stochastic_method)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        return self.relu(self._add_branch_(identity, out))
+
+
+STOCHASTIC_BLOCKS: dict[str, tuple[type[nn.Module], type[StochasticBlock]]] = {
+    "ResNetBottleneck": (Bottleneck, StochasticBottleneck),
+    "ResNetBasicBlock": (BasicBlock, StochasticBasicBlock),
+}
+"""``target_layer_name -> (block class, stochastic class)``; extend with
+:func:`register_stochastic_block`."""
+
+
+def register_stochastic_block(
+    name: str, target: type[nn.Module], stochastic: type[StochasticBlock]
+) -> None:
+    """Make ``apply_stochastic_depth(model, method, name)`` convert ``target`` blocks.
+
+    ``stochastic`` must subclass both :class:`StochasticBlock` and ``target``; the conversion
+    shares the block's submodules, parameters and attributes (no copy, same state_dict keys)
+    and sets ``drop_rate``/``stochastic_method``. Its ``forward`` scales the residual branch
+    with ``self.drop_branch(branch)`` or adds it with ``self.add_branch(shortcut, branch)``.
+
+    Example:
+        >>> class Residual(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.body = nn.Linear(4, 4)
+        ...     def forward(self, x):
+        ...         return x + self.body(x)
+        >>> class StochasticResidual(StochasticBlock, Residual):
+        ...     def forward(self, x):
+        ...         return self.add_branch(x, self.body(x))
+        >>> register_stochastic_block("Residual", Residual, StochasticResidual)
+        >>> model = apply_stochastic_depth(nn.Sequential(Residual(), Residual()), "block", "Residual")
+        >>> [round(m.drop_rate, 2) for m in model]
+        [0.1, 0.2]
+        >>> del STOCHASTIC_BLOCKS["Residual"]
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str, got {name!r}")
+    if not (isinstance(target, type) and issubclass(target, nn.Module)):
+        raise TypeError(f"target must be an nn.Module subclass, got {target!r}")
+    if not (
+        isinstance(stochastic, type)
+        and issubclass(stochastic, StochasticBlock)
+        and issubclass(stochastic, target)
+    ):
+        raise TypeError(
+            f"stochastic must subclass both StochasticBlock and {target.__name__}, got {stochastic!r}"
+        )
+    STOCHASTIC_BLOCKS[name] = (target, stochastic)
+
+
+def apply_stochastic_depth(
+    model: nn.Module,
+    stochastic_method: str,
+    target_layer_name: str,
+    drop_rate: float = 0.2,
+    drop_distribution: str = "linear",
+    use_same_gpu_seed: bool = True,
+    optimizers: OptimizerArg = None,
+    *,
+    seed: int | None = None,
+) -> nn.Module:
+    """Give the residual blocks of ``model`` stochastic depth, in place.
+
+    Every block of the type registered as ``target_layer_name`` (exact type) is converted to
+    its stochastic form, sharing its submodules and parameters. While training, block ``l``
+    (1-based, in ``model.modules()`` order, of ``L``) drops its residual branch with
+    probability
+
+    .. math::
+        p_l = p \\cdot \\tfrac{l}{L} \\ (\\texttt{'linear'}), \\qquad
+        p_l = p \\ (\\texttt{'uniform'}),
+
+    and scales a kept branch by :math:`1/(1-p_l)`, so the expected output is the deterministic
+    one and evaluation computes exactly what the unmodified model computes. ``'block'`` drops
+    the whole branch for the batch; ``'sample'`` drops it for each sample independently.
+
+    Randomness: the transform gives the model one generator per device, seeded from ``seed``
+    (default: derived from ``torch.initial_seed()``). With ``use_same_gpu_seed=True`` the
+    ``'block'`` decisions come from the same seed on every rank (rank 0's seed is broadcast once
+    here when ``torch.distributed`` is initialised, so call this on every rank, after
+    ``init_process_group``), and every rank drops the same blocks at every step; with ``False``
+    each rank's stream is seeded by (seed, rank), so ranks decide independently.
+    ``'sample'`` decisions always come from the rank's own stream. Decisions are drawn on the
+    device, so no block synchronises with the host.
+
+    Args:
+        model: the model to change in place.
+        stochastic_method: ``'block'`` or ``'sample'``.
+        target_layer_name: a key of :data:`STOCHASTIC_BLOCKS`: ``'ResNetBottleneck'``,
+            ``'ResNetBasicBlock'`` (torchvision) or one added by
+            :func:`register_stochastic_block`.
+        drop_rate: the base drop probability ``p`` in [0, 1] (at 1 the branch never
+            contributes while training).
+        drop_distribution: ``'linear'`` or ``'uniform'``.
+        use_same_gpu_seed: same block decisions on every rank (``True``) or independent ones.
+        optimizers: accepted for uniformity; every parameter is kept, so they need no change.
+        seed: the seed of the drop decisions (keyword only).
+
+    Returns:
+        ``model``, changed in place.
+
+    Warns:
+        surgery.NoEffectWarning: when the model has no block of that type.
+
+    Example:
+        >>> from torchvision.models import resnet50
+        >>> model = apply_stochastic_depth(resnet50(), "block", "ResNetBottleneck", drop_rate=0.2)
+        >>> round(model.layer4[-1].drop_rate, 3), round(model.layer1[0].drop_rate, 4)
+        (0.2, 0.0125)
+
+    Reference:
+        Huang, Sun, Liu, Sedra and Weinberger, "Deep Networks with Stochastic Depth", ECCV 2016.
+    """
+    check_module(model)
+    check_one_of(stochastic_method, "stochastic_method", _METHODS)
+    if not isinstance(target_layer_name, str):
+        raise TypeError(f"target_layer_name must be a str, got {type(target_layer_name).__name__}")
+    check_one_of(target_layer_name, "target_layer_name", sorted(STOCHASTIC_BLOCKS))
+    drop_rate = check_probability(drop_rate, "drop_rate")
+    check_one_of(drop_distribution, "drop_distribution", _DISTRIBUTIONS)
+    if not isinstance(use_same_gpu_seed, bool):
+        raise TypeError(f"use_same_gpu_seed must be a bool, got {type(use_same_gpu_seed).__name__}")
+    if seed is not None:
+        seed = check_int(seed, "seed", minimum=0)
+
+    target, stochastic = STOCHASTIC_BLOCKS[target_layer_name]
+    count = sum(1 for m in model.modules() if type(m) is target)
+    if count == 0:
+        warn_no_effect(
+            "apply_stochastic_depth", f"{target.__module__}.{target.__qualname__} blocks"
+        )
+        return model
+    generators = _DropGenerators(_agreed_seed(seed), shared=use_same_gpu_seed)
+    rate_of: Callable[[int], float]
+    if drop_distribution == "linear":
+        rate_of = lambda index: drop_rate * (index + 1) / count  # noqa: E731
+    else:
+        rate_of = lambda index: drop_rate  # noqa: E731
+
+    def convert(block: nn.Module, index: int) -> nn.Module:
+        new = clone_module_as(block, stochastic)
+        assert isinstance(new, StochasticBlock)
+        new._init_stochastic(min(rate_of(index), 1.0), stochastic_method, generators)
+        return new
+
+    replace_module_classes(model, {target: convert}, optimizers=optimizers, exact_type=True)
+    return model

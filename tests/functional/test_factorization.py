@@ -1,0 +1,159 @@
+"""Low-rank factorization initialised from the SVD of the original weight."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as TF
+import torchvision
+from torch import nn
+
+import surgery
+from functional import FactorizedConv2d, FactorizedLinear, apply_factorization
+from functional.factorization import _one_cpu_thread
+from tests.functional._model_checks import (
+    assert_dtype,
+    assert_idempotent,
+    assert_no_effect,
+    assert_optimizer_matches,
+    assert_state_survives,
+    momentum_of,
+    sgd_with_state,
+    train_step,
+)
+
+
+def best_rank_r_error(weight: torch.Tensor, rank: int) -> float:
+    with _one_cpu_thread(weight.device):
+        s = torch.linalg.svdvals(weight.reshape(weight.shape[0], -1).double())
+    return float((s[rank:].square().sum() / s.square().sum()).sqrt())
+
+
+def test_linear_is_the_best_rank_r_approximation():
+    lin = nn.Linear(40, 30).double()
+    fact = FactorizedLinear.from_linear(lin, latent_features=8)
+    assert fact.rank == fact.latent_features == 8 and fact.module1.bias is lin.bias
+    dense = fact.dense_state_dict()["weight"]
+    error = float((dense - lin.weight.detach()).norm() / lin.weight.detach().norm())
+    assert error == pytest.approx(best_rank_r_error(lin.weight.detach(), 8), rel=1e-9)
+    assert fact.approximation_error == pytest.approx(error, rel=1e-6)
+    x = torch.randn(5, 40, dtype=torch.float64)
+    torch.testing.assert_close(fact(x), TF.linear(x, dense, lin.bias))
+    # Both factors carry the singular values evenly.
+    torch.testing.assert_close(fact.module0.weight.norm(dim=1), fact.module1.weight.norm(dim=0))
+
+
+def test_full_rank_is_exact():
+    lin = nn.Linear(12, 20)
+    fact = FactorizedLinear.from_linear(lin, latent_features=12)
+    x = torch.randn(3, 12)
+    torch.testing.assert_close(fact(x), lin(x), rtol=1e-5, atol=1e-5)
+    assert fact.approximation_error == pytest.approx(0.0, abs=1e-6)
+    conv = nn.Conv2d(4, 16, 3, stride=2, padding=2, dilation=2, padding_mode="reflect")
+    fconv = FactorizedConv2d.from_conv2d(conv, latent_channels=16)
+    img = torch.randn(2, 4, 9, 10)
+    torch.testing.assert_close(fconv(img), conv(img), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_factorization_is_the_dense_conv_of_its_product(bias):
+    conv = nn.Conv2d(8, 12, 3, stride=2, padding=1, bias=bias).double()
+    fact = FactorizedConv2d.from_conv2d(conv, latent_channels=0.5)
+    assert fact.rank == 4 and fact.module0.stride == (2, 2) and fact.module0.bias is None
+    assert (fact.module1.bias is conv.bias) if bias else fact.module1.bias is None
+    dense = fact.dense_state_dict()
+    x = torch.randn(2, 8, 7, 9, dtype=torch.float64)
+    expected = TF.conv2d(x, dense["weight"], dense.get("bias"), stride=2, padding=1)
+    torch.testing.assert_close(fact(x), expected)
+    error = float((dense["weight"] - conv.weight.detach()).norm() / conv.weight.detach().norm())
+    assert error == pytest.approx(best_rank_r_error(conv.weight.detach(), 4), rel=1e-9)
+    assert "rank=4" in repr(fact)
+
+
+def test_apply_with_defaults_on_resnet18_and_checkpoints():
+    model = torchvision.models.resnet18()
+    x = torch.randn(2, 3, 32, 32)
+    opt = sgd_with_state(model, x)
+    before = momentum_of(opt)
+    checkpoint = {k: v.clone() for k, v in model.state_dict().items()}
+    fc_bias = model.fc.bias
+    # Defaults: every Conv2d/Linear with both widths >= 512, at a quarter of that width.
+    expected = {
+        n
+        for n, m in model.named_modules()
+        if (type(m) is nn.Conv2d and min(m.in_channels, m.out_channels) >= 512)
+        or (type(m) is nn.Linear and min(m.in_features, m.out_features) >= 512)
+    }
+
+    assert apply_factorization(model, optimizers=opt) is model
+    factorized = {
+        n: m
+        for n, m in model.named_modules()
+        if isinstance(m, (FactorizedConv2d, FactorizedLinear))
+    }
+    assert set(factorized) == expected and len(expected) == 4
+    assert all(m.rank == 128 and 0 < m.approximation_error < 1 for m in factorized.values())
+    assert isinstance(model.fc, FactorizedLinear) and model.fc.module1.bias is fc_bias
+    assert_optimizer_matches(opt, model)
+    assert_state_survives(before, opt, model)
+    assert opt.state[fc_bias]["momentum_buffer"] is before[id(fc_bias)]
+    train_step(model, x, opt)
+
+    # A dense checkpoint loads through remap_state_dict, factorized exactly as the transform does.
+    model.load_state_dict(surgery.remap_state_dict(checkpoint, model))
+    for name, m in factorized.items():
+        reference = FactorizedConv2d if isinstance(m, FactorizedConv2d) else FactorizedLinear
+        dense = {k[len(name) + 1 :]: v for k, v in checkpoint.items() if k.startswith(name + ".")}
+        assert set(dense) <= {"weight", "bias"}
+        torch.testing.assert_close(m.dense_state_dict()["weight"], _best(dense["weight"], m.rank))
+        assert reference is type(m)
+    remapped = surgery.remap_state_dict(model.state_dict(), model)  # idempotent
+    assert list(remapped) == list(model.state_dict())
+    assert_idempotent(model, apply_factorization, "saves multiply-adds")
+
+
+def _best(weight: torch.Tensor, rank: int) -> torch.Tensor:
+    """The best rank-r approximation, from an independent float64 SVD."""
+    flat = weight.reshape(weight.shape[0], -1).double().T  # tall: fast for LAPACK
+    with _one_cpu_thread(flat.device):
+        u, s, vh = torch.linalg.svd(flat, full_matrices=False)
+    return ((u[:, :rank] * s[:rank]) @ vh[:rank]).T.reshape(weight.shape).to(weight.dtype)
+
+
+def test_skips_grouped_and_unprofitable_layers_and_mha():
+    mobilenet = torchvision.models.mobilenet_v3_small()
+    apply_factorization(mobilenet, min_channels=96, latent_channels=0.25, factorize_linears=False)
+    for m in mobilenet.modules():
+        if isinstance(m, FactorizedConv2d):
+            assert m.module0.groups == 1
+    assert any(isinstance(m, nn.Conv2d) and m.groups > 1 for m in mobilenet.modules())
+    # A 1x1 convolution does not save work at more than half its width.
+    assert_no_effect(
+        lambda: apply_factorization(nn.Conv2d(8, 8, 1), min_channels=8, latent_channels=5),
+        "saves multiply-adds",
+    )
+    # nn.MultiheadAttention's out_proj (a Linear subclass read by MHA itself) is left alone.
+    vit = torchvision.models.VisionTransformer(
+        image_size=32, patch_size=16, num_layers=1, num_heads=2, hidden_dim=64, mlp_dim=128
+    )
+    apply_factorization(vit, min_features=64, latent_features=8)
+    assert type(vit.encoder.layers[0].self_attention.out_proj) is not FactorizedLinear
+    assert isinstance(vit.encoder.layers[0].mlp[0], FactorizedLinear)
+    assert vit(torch.randn(2, 3, 32, 32)).shape == (2, 1000)
+
+
+def test_validation_and_dtype():
+    with pytest.raises(ValueError, match="latent_channels must be an int >= 1 or a float in"):
+        apply_factorization(nn.Linear(2, 2), latent_channels=1.5)
+    with pytest.raises(ValueError, match="latent_features must be an int >= 1 or a float in"):
+        apply_factorization(nn.Linear(2, 2), latent_features=0)
+    with pytest.raises(TypeError, match="latent_features must be an int"):
+        apply_factorization(nn.Linear(2, 2), latent_features=True)
+    with pytest.raises(ValueError, match="min_channels must be >= 1"):
+        apply_factorization(nn.Linear(2, 2), min_channels=0)
+    with pytest.raises(ValueError, match=r"conv.groups must be 1"):
+        FactorizedConv2d.from_conv2d(nn.Conv2d(4, 4, 3, groups=2))
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64)).to(torch.bfloat16)
+    apply_factorization(model, min_features=64, latent_features=16)
+    assert_dtype(model, torch.bfloat16)
+    assert model(torch.randn(2, 64, dtype=torch.bfloat16)).dtype == torch.bfloat16
