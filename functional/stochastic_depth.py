@@ -5,16 +5,19 @@ The stochastic blocks subclass the blocks they replace (torchvision's ``Bottlene
 ``1 / (1 - p)`` while training (inverted scaling), so evaluation computes exactly what the
 unmodified model computes.
 
-Drop decisions are drawn on the activations' device from a generator the transform gives the
-model, so no block ever synchronises with the host: the branch is always computed and multiplied
-by its 0-or-``1/(1-p)`` factor. Every parameter therefore takes part in every step, which also
-keeps ``DistributedDataParallel`` happy without ``find_unused_parameters``.
+``'block'`` decisions are drawn on the host, from a CPU generator the transform gives the
+model, before the branch runs: a dropped branch is not computed at all (that is the speed-up),
+and no decision ever waits for the device. ``'sample'`` decisions are a per-sample mask drawn
+on the activations' device, so no block synchronises with the host either. Under
+``DistributedDataParallel``, ``'block'`` needs ``find_unused_parameters=True`` (a dropped
+branch's parameters get no gradient in that step); ``'sample'`` does not.
 
 Other residual blocks plug in through :func:`register_stochastic_block`.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 import torch
@@ -80,14 +83,23 @@ class _DropGenerators:
 
     ``shared=True``: seeded with the same seed on every rank, so ranks that run the same blocks
     in the same order draw the same decisions. ``shared=False``: seeded per rank. Block
-    decisions use :meth:`block`; per-sample decisions always use the rank-specific stream
-    (different samples on every rank), which never disturbs the shared stream.
+    decisions come from the host stream :meth:`host`; per-sample decisions always use the
+    rank-specific device stream (different samples on every rank), which never disturbs the
+    shared one.
     """
 
     def __init__(self, seed: int, *, shared: bool) -> None:
         self.seed = seed
         self.shared = shared
         self._generators: dict[tuple[str, bool], torch.Generator] = {}
+        self._host: random.Random | None = None
+
+    def host(self) -> random.Random:
+        """The stream of ``'block'`` decisions, drawn on the host (created lazily, after the
+        process group exists, so that the rank is known)."""
+        if self._host is None:
+            self._host = random.Random(self.seed if self.shared else _mix(self.seed, _rank()))
+        return self._host
 
     def _get(self, device: torch.device, shared: bool) -> torch.Generator:
         key = (str(device), shared)
@@ -97,9 +109,6 @@ class _DropGenerators:
             generator.manual_seed(self.seed if shared else _mix(self.seed, _rank()))
             self._generators[key] = generator
         return generator
-
-    def block(self, device: torch.device) -> torch.Generator:
-        return self._get(device, self.shared)
 
     def sample(self, device: torch.device) -> torch.Generator:
         return self._get(device, False)
@@ -129,43 +138,72 @@ class StochasticBlock(nn.Module):
         self.stochastic_method = stochastic_method
         self._drop_generators = generators
 
-    def branch_scale(self, branch: torch.Tensor) -> torch.Tensor | None:
-        """The factor for the branch: ``None`` (keep as is) outside training or at rate 0, else
-        a 0-d (``'block'``) or (B, 1, ...) (``'sample'``) tensor of 0 or ``1 / (1 - p)``."""
+    def block_scale(self) -> float | None:
+        """This forward's ``'block'`` decision, drawn on the host: ``0.0`` (dropped) or
+        ``1 / (1 - p)`` (kept); ``None`` outside training, at rate 0 or in ``'sample'`` mode."""
         p = self.drop_rate
-        if not self.training or p == 0:
+        if not self.training or p == 0 or self.stochastic_method != "block":
             return None
-        if self.stochastic_method == "block":
-            shape: tuple[int, ...] = ()
-            gens = self._drop_generators
-            generator = gens.block(branch.device) if gens is not None else None
-        else:
-            shape = (branch.shape[0],) + (1,) * (branch.ndim - 1)
-            gens = self._drop_generators
-            generator = gens.sample(branch.device) if gens is not None else None
-        draw = torch.rand(shape, device=branch.device, generator=generator)
-        keep = (draw >= p).to(branch.dtype)
+        gens = self._drop_generators
+        draw = gens.host().random() if gens is not None else float(torch.rand(()))
+        if draw < p:
+            return 0.0
+        return 1.0 / (1.0 - p)
+
+    def sample_scale(self, branch: torch.Tensor) -> torch.Tensor | None:
+        """The ``'sample'`` factors, a (B, 1, ...) tensor of 0 or ``1 / (1 - p)`` drawn on the
+        branch's device; ``None`` outside training, at rate 0 or in ``'block'`` mode."""
+        p = self.drop_rate
+        if not self.training or p == 0 or self.stochastic_method != "sample":
+            return None
+        gens = self._drop_generators
+        generator = gens.sample(branch.device) if gens is not None else None
+        shape = (branch.shape[0],) + (1,) * (branch.ndim - 1)
+        keep = (torch.rand(shape, device=branch.device, generator=generator) >= p).to(branch.dtype)
         return keep * (1.0 / (1.0 - p)) if p < 1 else keep
 
-    def drop_branch(self, branch: torch.Tensor) -> torch.Tensor:
-        """``branch`` times its drop factor (``branch`` itself outside training)."""
-        scale = self.branch_scale(branch)
-        return branch if scale is None else branch * scale
+    def drop_branch(self, branch: torch.Tensor | Callable[[], torch.Tensor]) -> torch.Tensor | None:
+        """``branch`` times its drop factor (``branch`` itself outside training).
 
-    def add_branch(self, shortcut: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
-        """``shortcut + factor * branch``, fused into one op while training."""
-        scale = self.branch_scale(branch)
-        if scale is None:
-            return branch + shortcut
-        return torch.addcmul(shortcut, branch, scale)
+        ``branch`` may be a zero-argument callable computing it: a block dropped in ``'block'``
+        mode then never calls it and returns ``None`` (nothing to add).
+        """
+        block = self.block_scale()
+        if block == 0.0:
+            return None
+        value = branch() if callable(branch) else branch
+        if block is not None:
+            return value * block
+        scale = self.sample_scale(value)
+        return value if scale is None else value * scale
 
-    def _add_branch_(self, shortcut: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
-        # As add_branch, but adds in place into ``branch`` (a fresh activation) as torchvision does.
-        scale = self.branch_scale(branch)
+    def add_branch(
+        self, shortcut: torch.Tensor, branch: torch.Tensor | Callable[[], torch.Tensor]
+    ) -> torch.Tensor:
+        """``shortcut + factor * branch``, fused into one op while training.
+
+        Pass ``branch`` as a zero-argument callable so that a dropped block skips computing it.
+        """
+        return self._add(shortcut, branch, in_place=False)
+
+    def _add(
+        self,
+        shortcut: torch.Tensor,
+        branch: torch.Tensor | Callable[[], torch.Tensor],
+        *,
+        in_place: bool,
+    ) -> torch.Tensor:
+        block = self.block_scale()
+        if block == 0.0:
+            return shortcut
+        value = branch() if callable(branch) else branch
+        scale = block if block is not None else self.sample_scale(value)
         if scale is None:
-            branch += shortcut
-            return branch
-        return torch.addcmul(shortcut, branch, scale)
+            if in_place:  # ``value`` is a fresh activation, as in torchvision's blocks
+                value += shortcut
+                return value
+            return value + shortcut
+        return torch.add(shortcut, value, alpha=scale) if isinstance(scale, float) else torch.addcmul(shortcut, value, scale)
 
     def extra_repr(self) -> str:
         return f"drop_rate={self.drop_rate:.4g}, stochastic_method={self.stochastic_method!r}"
@@ -202,14 +240,15 @@ class StochasticBottleneck(StochasticBlock, Bottleneck):
         super().__init__(*args, **kwargs)
         self._init_stochastic(drop_rate, stochastic_method)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x
+    def _branch(self, x: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        if self.downsample is not None:
-            identity = self.downsample(x)
-        return self.relu(self._add_branch_(identity, out))
+        return self.bn3(self.conv3(out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        # not self.relu (in place): a dropped block returns relu(identity), and identity may be x
+        return torch.relu(self._add(identity, lambda: self._branch(x), in_place=True))
 
 
 class StochasticBasicBlock(StochasticBlock, BasicBlock):
@@ -236,13 +275,12 @@ class StochasticBasicBlock(StochasticBlock, BasicBlock):
         super().__init__(*args, **kwargs)
         self._init_stochastic(drop_rate, stochastic_method)
 
+    def _branch(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        if self.downsample is not None:
-            identity = self.downsample(x)
-        return self.relu(self._add_branch_(identity, out))
+        identity = x if self.downsample is None else self.downsample(x)
+        return torch.relu(self._add(identity, lambda: self._branch(x), in_place=True))
 
 
 STOCHASTIC_BLOCKS: dict[str, tuple[type[nn.Module], type[StochasticBlock]]] = {
@@ -261,7 +299,8 @@ def register_stochastic_block(
     ``stochastic`` must subclass both :class:`StochasticBlock` and ``target``; the conversion
     shares the block's submodules, parameters and attributes (no copy, same state_dict keys)
     and sets ``drop_rate``/``stochastic_method``. Its ``forward`` scales the residual branch
-    with ``self.drop_branch(branch)`` or adds it with ``self.add_branch(shortcut, branch)``.
+    with ``self.drop_branch(branch)`` or adds it with ``self.add_branch(shortcut, branch)``;
+    passing the branch as a zero-argument callable lets a dropped block skip computing it.
 
     Example:
         >>> class Residual(nn.Module):
@@ -272,7 +311,7 @@ def register_stochastic_block(
         ...         return x + self.body(x)
         >>> class StochasticResidual(StochasticBlock, Residual):
         ...     def forward(self, x):
-        ...         return self.add_branch(x, self.body(x))
+        ...         return self.add_branch(x, lambda: self.body(x))
         >>> register_stochastic_block("Residual", Residual, StochasticResidual)
         >>> model = apply_stochastic_depth(nn.Sequential(Residual(), Residual()), "block", "Residual")
         >>> [round(m.drop_rate, 2) for m in model]
@@ -326,8 +365,10 @@ def apply_stochastic_depth(
     here when ``torch.distributed`` is initialised, so call this on every rank, after
     ``init_process_group``), and every rank drops the same blocks at every step; with ``False``
     each rank's stream is seeded by (seed, rank), so ranks decide independently.
-    ``'sample'`` decisions always come from the rank's own stream. Decisions are drawn on the
-    device, so no block synchronises with the host.
+    ``'sample'`` decisions always come from the rank's own stream. ``'block'`` decisions are
+    drawn on the host before the branch runs, and a dropped branch is skipped entirely (wrap
+    the model in ``DistributedDataParallel(..., find_unused_parameters=True)``); ``'sample'``
+    masks are drawn on the device. Neither ever waits for the device.
 
     Args:
         model: the model to change in place.

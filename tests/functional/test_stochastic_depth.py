@@ -109,21 +109,35 @@ def test_kept_branches_are_scaled_by_the_inverse_keep_probability():
     block = StochasticBottleneck(16, 4, drop_rate=0.25, stochastic_method="sample")
     branch = torch.ones(4000, 1, 1, 1)
     torch.manual_seed(1)
-    scale = block.train().branch_scale(branch)
+    scale = block.train().sample_scale(branch)
     values = set(scale.flatten().tolist())
     assert values <= {0.0, torch.tensor(1 / 0.75).item()}
     kept = (scale > 0).float().mean().item()
     assert abs(kept - 0.75) < 0.03  # ~4.4 standard deviations
-    assert block.eval().branch_scale(branch) is None
+    assert block.eval().sample_scale(branch) is None
+    assert block.train().block_scale() is None  # 'sample' mode draws no block decision
     block.stochastic_method = "block"
-    assert block.train().branch_scale(branch).shape == ()
+    decisions = [block.block_scale() for _ in range(4000)]
+    assert set(decisions) == {0.0, 1 / 0.75}
+    assert abs(sum(d > 0 for d in decisions) / 4000 - 0.75) < 0.03
+    assert block.sample_scale(branch) is None and block.eval().block_scale() is None
+
+
+def test_dropped_block_skips_its_branch():
+    model = torchvision.models.resnet18()
+    apply_stochastic_depth(model, "block", "ResNetBasicBlock", drop_rate=1.0, drop_distribution="uniform")
+    calls = []
+    model.layer2[1].conv1.register_forward_hook(lambda *args: calls.append(1))
+    model.train()(torch.randn(*X)).sum().backward()
+    assert calls == []
+    assert model.layer2[1].conv1.weight.grad is None  # never computed, never reached
+    assert model.layer2[0].downsample[0].weight.grad is not None  # the shortcut still runs
 
 
 def test_decisions_are_reproducible_and_shared_or_independent_across_ranks(monkeypatch):
     def draws(model, n=8):
         blocks = [m for m in model.modules() if isinstance(m, StochasticBlock)]
-        probe = torch.ones(1)
-        return [[float(b.branch_scale(probe) > 0) for b in blocks] for _ in range(n)]
+        return [[b.block_scale() > 0 for b in blocks] for _ in range(n)]
 
     def build(rank, shared, seed=123):
         monkeypatch.setattr(sd, "_rank", lambda: rank)
