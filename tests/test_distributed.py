@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -53,12 +54,20 @@ def _rank_main(rank: int, scenario: Callable[[int, int], None], port: int, world
     )
     try:
         scenario(rank, world_size)
+        # rank 0 hosts the store: nobody tears down while a peer may still be talking to it
+        dist.barrier()
     except BaseException:
         # make the failing rank's traceback reach the parent even if the peer hangs
         traceback.print_exc()
         raise
     finally:
         dist.destroy_process_group()
+    # Passed. Leave without running C++ static destructors: torch 2.14's gloo backend now and
+    # then aborts at interpreter shutdown ("terminate called without an active exception",
+    # no Python frame) after everything above has finished cleanly.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def launch(scenario: Callable[[int, int], None], world_size: int = WORLD_SIZE) -> None:
@@ -212,7 +221,128 @@ def scenario_sam_under_ddp(rank: int, world_size: int) -> None:
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
-SCENARIOS = [scenario_surgery_then_ddp, scenario_sam_under_ddp]
+def tiny_resnet(classes: int = 4) -> nn.Module:
+    from torchvision.models.resnet import BasicBlock
+
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1, bias=False),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        *[BasicBlock(8, 8) for _ in range(4)],
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, classes),
+    )
+
+
+def _stochastic_depth_decisions(rank: int, world_size: int, shared: bool) -> None:
+    import functional as F
+    from functional.stochastic_depth import StochasticBlock
+
+    model = tiny_resnet()
+    F.apply_stochastic_depth(
+        model, "block", "ResNetBasicBlock", drop_rate=0.5, drop_distribution="uniform",
+        use_same_gpu_seed=shared,
+    )
+    blocks = [m for m in model.modules() if isinstance(m, StochasticBlock)]
+    model.train()
+    decisions = torch.tensor([[b.block_scale() > 0 for b in blocks] for _ in range(16)], dtype=torch.float64)
+    gathered = gather_flat([decisions])
+    same = all(torch.equal(g, gathered[0]) for g in gathered[1:])
+    assert same == shared, f"use_same_gpu_seed={shared} but decisions equal across ranks: {same}"
+    # and training through DDP works with dropped branches (their parameters unused that step)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    ddp = ddp_train(model, opt, rank, steps=4, find_unused_parameters=True)
+    assert_identical_across_ranks(ddp.module.parameters())
+
+
+def scenario_stochastic_depth_same_seed(rank: int, world_size: int) -> None:
+    """use_same_gpu_seed=True: every rank drops the same blocks at every step."""
+    _stochastic_depth_decisions(rank, world_size, shared=True)
+
+
+def scenario_stochastic_depth_independent(rank: int, world_size: int) -> None:
+    """use_same_gpu_seed=False: ranks decide independently."""
+    _stochastic_depth_decisions(rank, world_size, shared=False)
+
+
+def scenario_ghost_batchnorm_local_batches(rank: int, world_size: int) -> None:
+    """Ghost batches are cut from each rank's local batch; parameters stay identical."""
+    import functional as F
+
+    model = small_cnn()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    F.apply_ghost_batchnorm(model, ghost_batch_size=4, optimizers=opt)
+    ddp = ddp_train(model, opt, rank, steps=3)
+    assert_identical_across_ranks(ddp.module.parameters())
+    # the forward on a rank is exactly the local, single-process ghost batch norm
+    x, _ = rank_batch(rank, 99)
+    reference = small_cnn()
+    reference.load_state_dict(model.state_dict())
+    F.apply_ghost_batchnorm(reference, ghost_batch_size=4)
+    torch.testing.assert_close(ddp(x), reference.train()(x))
+
+
+def scenario_selective_backprop_local_batches(rank: int, world_size: int) -> None:
+    """Each rank keeps int(B_local * keep) of its own samples; steps stay identical."""
+    import functional as F
+
+    model = small_cnn()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    for step in range(3):
+        x, y = rank_batch(rank, step)
+        x_kept, y_kept = F.select_using_loss(
+            x, y, ddp.module, nn.functional.cross_entropy, keep=0.5,
+            generator=torch.Generator().manual_seed(rank * 10 + step),
+        )
+        assert len(y_kept) == len(y) // 2
+        opt.zero_grad()
+        nn.functional.cross_entropy(ddp(x_kept), y_kept).backward()
+        opt.step()
+    assert_identical_across_ranks(model.parameters())
+
+
+def scenario_layer_freezing_under_ddp(rank: int, world_size: int) -> None:
+    """Progressive freezing during DDP training (find_unused_parameters=True)."""
+    import functional as F
+
+    model = small_cnn()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+    first_two = lambda: [t.detach().clone() for t in (*model[0].parameters(), *model[1].buffers())]  # noqa: E731
+    snapshot = None
+    for epoch in range(4):
+        for step in range(2):
+            x, y = rank_batch(rank, 10 * epoch + step)
+            opt.zero_grad()
+            nn.functional.cross_entropy(ddp(x), y).backward()
+            opt.step()
+        # 6-epoch schedule, freezing from the start: 0, 1, 2, 3 of the 5 layers frozen
+        n_frozen, _ = F.freeze_layers(model, opt, epoch + 1, 6, freeze_start=0.0, freeze_level=1.0)
+        if snapshot is None and not model[1].weight.requires_grad:
+            # conv 0 and BatchNorm 1 are frozen from here on; the ranks' running statistics
+            # still differ (each updated them with its own last batch) until DDP broadcasts
+            # rank 0's buffers at the next forward, so rank 0's values are the reference
+            snapshot = first_two()
+            for t in snapshot:
+                dist.broadcast(t, src=0)
+    assert n_frozen == 3 and snapshot is not None
+    for before, after in zip(snapshot, first_two()):
+        assert torch.equal(before, after)  # frozen weights and statistics no longer move
+    assert_identical_across_ranks(model.parameters())
+    assert_identical_across_ranks(model[1].buffers(), "frozen BatchNorm statistics")
+
+
+SCENARIOS = [
+    scenario_surgery_then_ddp,
+    scenario_sam_under_ddp,
+    scenario_stochastic_depth_same_seed,
+    scenario_stochastic_depth_independent,
+    scenario_ghost_batchnorm_local_batches,
+    scenario_layer_freezing_under_ddp,
+]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__.removeprefix("scenario_"))
