@@ -9,7 +9,7 @@ better; see Tarvainen and Valpola, `Mean teachers are better role models
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
 
 import torch
 from torch import nn
@@ -73,21 +73,27 @@ def _unwrap(module: nn.Module) -> nn.Module:
             return module
 
 
-def _named_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """Every parameter and buffer under every name it has (tied weights appear once per name)."""
-    yield from module.named_parameters(remove_duplicate=False)
-    yield from module.named_buffers(remove_duplicate=False)
+def _named_tensors(module: nn.Module) -> tuple[dict[str, torch.Tensor], set[str]]:
+    """Every parameter and buffer under every name it has, and the non-persistent buffers' names.
 
-
-def _non_persistent(module: nn.Module) -> set[str]:
-    names = set()
+    One walk over the modules (tied weights and shared modules appear once per name).
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    non_persistent: set[str] = set()
     for prefix, sub in module.named_modules(remove_duplicate=False):
-        for buffer in sub._non_persistent_buffers_set:
-            names.add(f"{prefix}.{buffer}" if prefix else buffer)
-    return names
+        dot = f"{prefix}." if prefix else ""
+        for name, param in sub._parameters.items():
+            if param is not None:
+                tensors[dot + name] = param
+        for name, buffer in sub._buffers.items():
+            if buffer is not None:
+                tensors[dot + name] = buffer
+                if name in sub._non_persistent_buffers_set:
+                    non_persistent.add(dot + name)
+    return tensors, non_persistent
 
 
-def _strip_wrapper_prefixes(state: Mapping[str, object], names: set[str]) -> Mapping[str, object]:
+def _strip_wrapper_prefixes(state: Mapping[str, object], names: Mapping[str, object]) -> Mapping:
     """Accept a state dict saved from a DDP-wrapped or compiled model (``module.`` keys)."""
     for prefix in _PREFIXES:
         if (
@@ -99,30 +105,125 @@ def _strip_wrapper_prefixes(state: Mapping[str, object], names: set[str]) -> Map
     return state
 
 
+_PLAIN = (torch.Tensor, nn.Parameter)
+
+
 def _is_dtensor(t: torch.Tensor) -> bool:
-    return DTensor is not None and isinstance(t, DTensor)
+    return type(t) not in _PLAIN and DTensor is not None and isinstance(t, DTensor)
 
 
-def _local(t: torch.Tensor, name: str, other: torch.Tensor) -> torch.Tensor:
-    """The tensor to update in place: a DTensor's local shard (no communication)."""
-    if _is_dtensor(t) != _is_dtensor(other):
+class _Updates:
+    """The pairs to average, grouped by (device, dtype) of the EMA side, and the pairs to copy."""
+
+    __slots__ = ("copies", "groups", "seen")
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[torch.device, torch.dtype], tuple[list, list]] = {}
+        self.copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.seen: set[int] = set()
+
+    def add(self, name: str, ema: torch.Tensor, value: torch.Tensor) -> None:
+        plain = type(ema) in _PLAIN and type(value) in _PLAIN
+        if not plain and not isinstance(ema, torch.Tensor):
+            raise TypeError(f"ema_model['{name}'] must be a tensor, got {type(ema).__name__}")
+        if ema.shape != value.shape:
+            raise ValueError(
+                f"compute_ema: '{name}' has shape {tuple(value.shape)} in model but "
+                f"{tuple(ema.shape)} in ema_model"
+            )
+        if not plain:
+            ema, value = _local_shards(name, ema, value)
+        pointer = ema.data_ptr()
+        if pointer == 0 or pointer in self.seen:  # empty, or tied: one tensor, several names
+            return
+        self.seen.add(pointer)
+        if not (value.is_floating_point() or value.is_complex()):
+            self.copies.append((ema, value))
+            return
+        dtype, device = ema.dtype, ema.device
+        if not (dtype.is_floating_point or dtype.is_complex):
+            raise TypeError(
+                f"compute_ema: '{name}' is {value.dtype} in model but {dtype} in "
+                "ema_model; an average needs a floating ema tensor"
+            )
+        if value.dtype != dtype or value.device != device:
+            value = value.to(device=device, dtype=dtype)
+        group = self.groups.get((device, dtype))
+        if group is None:
+            group = self.groups[(device, dtype)] = ([], [])
+        group[0].append(ema)
+        group[1].append(value)
+
+
+def _local_shards(
+    name: str, ema: torch.Tensor, value: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """For DTensors, each rank's local shards, updated in place (no communication)."""
+    ema_sharded, model_sharded = _is_dtensor(ema), _is_dtensor(value)
+    if not (ema_sharded or model_sharded):  # another tensor subclass: use it as it is
+        return ema, value
+    if ema_sharded != model_sharded:
         raise TypeError(
             f"compute_ema: '{name}' is a DTensor in one of model / ema_model and a plain tensor "
             "in the other; shard both the same way (e.g. fully_shard both models, or use the "
             "sharded ema model's state_dict()), so every rank updates its own shard"
         )
-    if not _is_dtensor(t):
-        return t
-    if t.placements != other.placements:
+    if ema.placements != value.placements:
         raise ValueError(
             f"compute_ema: '{name}' is sharded differently in model and ema_model "
-            f"({other.placements} vs {t.placements}); shard both the same way"
+            f"({value.placements} vs {ema.placements}); shard both the same way"
         )
-    return t.to_local()
+    return ema.to_local(), value.to_local()
 
 
-def _storage_key(t: torch.Tensor) -> tuple:
-    return (t.device, t.dtype, t.data_ptr(), tuple(t.shape), t.stride())
+def _pair_modules(model: nn.Module, ema: nn.Module, updates: _Updates) -> None:
+    """Pair the tensors of two modules by name, walking both module trees once."""
+    ema_modules = dict(ema.named_modules(remove_duplicate=False))
+    count = 0
+    for prefix, sub in model.named_modules(remove_duplicate=False):
+        count += 1
+        ema_sub = ema_modules.get(prefix)
+        if ema_sub is None:
+            return _full_check(model, ema)
+        dot = f"{prefix}." if prefix else ""
+        for mine, theirs in (
+            (sub._parameters, ema_sub._parameters),
+            (sub._buffers, ema_sub._buffers),
+        ):
+            for name, value in mine.items():
+                if value is None:
+                    continue
+                ema_value = theirs.get(name)
+                if ema_value is None:
+                    return _full_check(model, ema)
+                updates.add(dot + name, ema_value, value)
+            if len(theirs) != len(mine):
+                _full_check(model, ema)
+    if count != len(ema_modules):
+        _full_check(model, ema)
+    return None
+
+
+def _full_check(model: nn.Module, ema: nn.Module) -> None:
+    """Raise the mismatch error, if the two modules' tensors differ by name."""
+    _raise_mismatch(_named_tensors(model)[0], _named_tensors(ema)[0], set())
+
+
+def _raise_mismatch(
+    source: Mapping[str, object], target: Mapping[str, object], optional: set[str]
+) -> None:
+    missing = [n for n in source if n not in target and n not in optional]
+    extra = [
+        n
+        for n, v in target.items()
+        if n not in source and isinstance(v, torch.Tensor) and not n.endswith("_extra_state")
+    ]
+    if missing or extra:
+        raise ValueError(
+            "compute_ema: model and ema_model must have the same parameters and buffers; "
+            f"missing from ema_model: {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+            f"not in model: {extra[:5]}{'...' if len(extra) > 5 else ''}"
+        )
 
 
 @torch.no_grad()
@@ -170,65 +271,25 @@ def compute_ema(
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     smoothing = check_probability(smoothing, "smoothing")
     model = _unwrap(model)
-    source = dict(_named_tensors(model))
-    optional: set[str] = set()
+    updates = _Updates()
     if isinstance(ema_model, nn.Module):
-        target: Mapping[str, object] = dict(_named_tensors(_unwrap(ema_model)))
+        _pair_modules(model, _unwrap(ema_model), updates)
     elif isinstance(ema_model, Mapping):
-        target = _strip_wrapper_prefixes(ema_model, set(source))
-        optional = _non_persistent(model)
+        source, non_persistent = _named_tensors(model)
+        target = _strip_wrapper_prefixes(ema_model, source)
+        if len(target) != len(source) or any(n not in target for n in source):
+            _raise_mismatch(source, target, non_persistent)  # a state dict leaves them out
+        for name, value in source.items():
+            ema_value = target.get(name)
+            if ema_value is not None:
+                updates.add(name, ema_value, value)
     else:
         raise TypeError(
             "ema_model must be an nn.Module or a mapping of names to tensors (e.g. a "
             f"state_dict), got {type(ema_model).__name__}"
         )
-    missing = [n for n in source if n not in target and n not in optional]
-    extra = [
-        n
-        for n, v in target.items()
-        if n not in source and isinstance(v, torch.Tensor) and not n.endswith("_extra_state")
-    ]
-    if missing or extra:
-        raise ValueError(
-            "compute_ema: model and ema_model must have the same parameters and buffers; "
-            f"missing from ema_model: {missing[:5]}{'...' if len(missing) > 5 else ''}, "
-            f"not in model: {extra[:5]}{'...' if len(extra) > 5 else ''}"
-        )
-    groups: dict[tuple[torch.device, torch.dtype], tuple[list, list]] = {}
-    copies: list[tuple[torch.Tensor, torch.Tensor]] = []
-    seen: set[tuple] = set()
-    for name, value in source.items():
-        if name not in target:
-            continue
-        ema_value = target[name]
-        if not isinstance(ema_value, torch.Tensor):
-            raise TypeError(f"ema_model['{name}'] must be a tensor, got {type(ema_value).__name__}")
-        if ema_value.shape != value.shape:
-            raise ValueError(
-                f"compute_ema: '{name}' has shape {tuple(value.shape)} in model but "
-                f"{tuple(ema_value.shape)} in ema_model"
-            )
-        ema_local = _local(ema_value, name, value)
-        model_local = _local(value, name, ema_value)
-        key = _storage_key(ema_local)
-        if key in seen:  # tied weights: one tensor under several names
-            continue
-        seen.add(key)
-        if not (value.is_floating_point() or value.is_complex()):
-            copies.append((ema_local, model_local))
-            continue
-        if not (ema_local.is_floating_point() or ema_local.is_complex()):
-            raise TypeError(
-                f"compute_ema: '{name}' is {value.dtype} in model but {ema_local.dtype} in "
-                "ema_model; an average needs a floating ema tensor"
-            )
-        if model_local.dtype != ema_local.dtype or model_local.device != ema_local.device:
-            model_local = model_local.to(device=ema_local.device, dtype=ema_local.dtype)
-        ema_list, model_list = groups.setdefault((ema_local.device, ema_local.dtype), ([], []))
-        ema_list.append(ema_local)
-        model_list.append(model_local)
     weight = 1.0 - smoothing
-    for ema_list, model_list in groups.values():
+    for ema_list, model_list in updates.groups.values():
         torch._foreach_lerp_(ema_list, model_list, weight)
-    for ema_local, model_local in copies:
-        ema_local.copy_(model_local)
+    for ema_tensor, model_tensor in updates.copies:
+        ema_tensor.copy_(model_tensor)
