@@ -177,36 +177,55 @@ def _local_shards(
 
 
 def _pair_modules(model: nn.Module, ema: nn.Module, updates: _Updates) -> None:
-    """Pair the tensors of two modules by name, walking both module trees once."""
+    """Pair the tensors of two modules by name.
+
+    Same-architecture models take a fast walk over both module trees; otherwise every tensor
+    is matched by its full name, which raises on a real mismatch.
+    """
+    if not _pair_same_tree(model, ema, updates):
+        updates.__init__()
+        _pair_by_name(_named_tensors(model)[0], _named_tensors(ema)[0], set(), updates)
+
+
+def _pair_same_tree(model: nn.Module, ema: nn.Module, updates: _Updates) -> bool:
+    """Pair module by module; False as soon as the two trees differ."""
     ema_modules = dict(ema.named_modules(remove_duplicate=False))
     count = 0
     for prefix, sub in model.named_modules(remove_duplicate=False):
         count += 1
         ema_sub = ema_modules.get(prefix)
         if ema_sub is None:
-            return _full_check(model, ema)
+            return False
         dot = f"{prefix}." if prefix else ""
         for mine, theirs in (
             (sub._parameters, ema_sub._parameters),
             (sub._buffers, ema_sub._buffers),
         ):
+            if mine.keys() != theirs.keys():
+                return False
             for name, value in mine.items():
-                if value is None:
+                ema_value = theirs[name]
+                if value is None or ema_value is None:
+                    if value is not ema_value:
+                        return False
                     continue
-                ema_value = theirs.get(name)
-                if ema_value is None:
-                    return _full_check(model, ema)
                 updates.add(dot + name, ema_value, value)
-            if len(theirs) != len(mine):
-                _full_check(model, ema)
-    if count != len(ema_modules):
-        _full_check(model, ema)
-    return None
+    return count == len(ema_modules)
 
 
-def _full_check(model: nn.Module, ema: nn.Module) -> None:
-    """Raise the mismatch error, if the two modules' tensors differ by name."""
-    _raise_mismatch(_named_tensors(model)[0], _named_tensors(ema)[0], set())
+def _pair_by_name(
+    source: Mapping[str, torch.Tensor],
+    target: Mapping[str, object],
+    optional: set[str],
+    updates: _Updates,
+) -> None:
+    """Pair ``source[name]`` with ``target[name]``; names in ``optional`` may be missing."""
+    if len(target) != len(source) or any(n not in target for n in source):
+        _raise_mismatch(source, target, optional)
+    for name, value in source.items():
+        ema_value = target.get(name)
+        if ema_value is not None:
+            updates.add(name, ema_value, value)
 
 
 def _raise_mismatch(
@@ -277,12 +296,7 @@ def compute_ema(
     elif isinstance(ema_model, Mapping):
         source, non_persistent = _named_tensors(model)
         target = _strip_wrapper_prefixes(ema_model, source)
-        if len(target) != len(source) or any(n not in target for n in source):
-            _raise_mismatch(source, target, non_persistent)  # a state dict leaves them out
-        for name, value in source.items():
-            ema_value = target.get(name)
-            if ema_value is not None:
-                updates.add(name, ema_value, value)
+        _pair_by_name(source, target, non_persistent, updates)  # a state dict leaves them out
     else:
         raise TypeError(
             "ema_model must be an nn.Module or a mapping of names to tensors (e.g. a "

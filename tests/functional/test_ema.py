@@ -152,6 +152,21 @@ def test_compiled_wrapper_is_unwrapped() -> None:
     torch.testing.assert_close(ema.fc.weight.double(), expected["fc.weight"])
 
 
+def test_different_module_trees_with_the_same_tensor_names() -> None:
+    # An extra tensor-free module, and a tensor held as a buffer instead of a parameter: the
+    # tensors still match by name.
+    model = nn.Sequential(nn.Linear(2, 2))
+    ema = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    bias = ema[0].bias.detach().clone()
+    del ema[0].bias
+    ema[0].register_buffer("bias", bias)
+    with pytest.raises(ValueError, match="missing from ema_model"):
+        F.compute_ema(model, nn.Sequential(nn.ReLU(), nn.Linear(2, 2)))
+    expected = 0.5 * ema[0].bias + 0.5 * model[0].bias
+    F.compute_ema(model, ema, 0.5)
+    torch.testing.assert_close(ema[0].bias, expected)
+
+
 @pytest.mark.parametrize(
     "ema_model,error,match",
     [
