@@ -230,7 +230,7 @@ def check_class_indices(y: torch.Tensor, n_classes: int, name: str = "y") -> Non
     if y.numel() == 0:
         return
     if y.device.type == "cpu":
-        low, high = int(y.min()), int(y.max())
+        low, high = (int(v) for v in torch.aminmax(y))
         if low < 0 or high >= n_classes:
             raise ValueError(
                 f"{name} must hold class indices in [0, {n_classes}) (n_classes={n_classes}), "

@@ -94,7 +94,13 @@ def _shift_add(src: torch.Tensor, dim: int, taps: Taps, pad: int, stride: int, o
 def _blur_planes_cpu(
     x: torch.Tensor, col: Taps, row: Taps, pads: tuple[int, int], stride: tuple[int, int]
 ) -> torch.Tensor:
-    """The separable blur of a 4-D CPU tensor, cache-blocked; no autograd."""
+    """The separable blur of a 4-D CPU tensor, cache-blocked; no autograd.
+
+    Works through the input a few planes at a time so that the column pass's result is still in
+    cache when the row pass reads it. Contiguous float32/float64 planes are read in place and
+    written straight into the output; other layouts and dtypes are staged through a small
+    contiguous float buffer.
+    """
     batch, channels, height, width = x.shape
     out_h, out_w = (height - 1) // stride[0] + 1, (width - 1) // stride[1] + 1
     channels_last = not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
@@ -102,45 +108,32 @@ def _blur_planes_cpu(
     out = torch.empty((batch, channels, out_h, out_w), dtype=x.dtype, memory_format=fmt)
     if out.numel() == 0:
         return out
-    # float16/bfloat16 and integers are computed in float32 within the chunk (in cache).
     work = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
-    by_planes = x.is_contiguous() and not channels_last
-    if by_planes:
-        src_all = x.view(batch * channels, height, width)
-        dst_all = out.view(batch * channels, out_h, out_w)
-        unit, count = 1, batch * channels
-    else:  # chunks of whole samples, copied to a contiguous buffer first
-        unit, count = channels, batch
-    plane_bytes = height * width * torch.tensor([], dtype=work).element_size()
-    step = max(1, _CHUNK_BYTES // (plane_bytes * unit))
-    planes = step * unit
-    direct = by_planes and work == x.dtype
-    staged = torch.empty((planes, height, width), dtype=work) if not direct else None
+    if x.is_contiguous():  # chunks of planes
+        source = x.view(batch * channels, height, width)
+        target = out.view(batch * channels, out_h, out_w)
+        per_item = 1
+    else:  # chunks of whole samples
+        source, target, per_item = x, out, channels
+    direct = x.is_contiguous() and work == x.dtype
+    plane_bytes = height * width * torch.empty((), dtype=work).element_size()
+    step = max(1, _CHUNK_BYTES // (plane_bytes * per_item))
+    planes = step * per_item
+    staged = None if direct else torch.empty((planes, height, width), dtype=work)
     middle = torch.empty((planes, out_h, width), dtype=work)
     final = None if direct else torch.empty((planes, out_h, out_w), dtype=work)
-    for begin in range(0, count, step):
-        end = min(begin + step, count)
-        n = (end - begin) * unit
-        if by_planes:
-            chunk = src_all[begin:end]
-            if staged is not None:
-                staged[:n].copy_(chunk)
-                chunk = staged[:n]
-        else:
-            assert staged is not None
-            staged[:n].view(end - begin, channels, height, width).copy_(x[begin:end])
+    for begin in range(0, source.shape[0], step):
+        chunk, dst = source[begin : begin + step], target[begin : begin + step]
+        n = chunk.shape[0] * per_item
+        if staged is not None:
+            staged[:n].view(chunk.shape).copy_(chunk)
             chunk = staged[:n]
         _shift_add(chunk, 1, col, pads[0], stride[0], middle[:n])
-        if direct:
-            _shift_add(middle[:n], 2, row, pads[1], stride[1], dst_all[begin:end])
-            continue
-        assert final is not None
-        _shift_add(middle[:n], 2, row, pads[1], stride[1], final[:n])
-        result = cast_result(final[:n], x.dtype)
-        if by_planes:
-            dst_all[begin:end].copy_(result)
+        if final is None:
+            _shift_add(middle[:n], 2, row, pads[1], stride[1], dst)
         else:
-            out[begin:end].copy_(result.view(end - begin, channels, out_h, out_w))
+            _shift_add(middle[:n], 2, row, pads[1], stride[1], final[:n])
+            dst.copy_(cast_result(final[:n], x.dtype).view(dst.shape))
     return out
 
 

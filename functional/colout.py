@@ -32,8 +32,9 @@ def _select(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Te
     """Deterministic core: keep ``rows`` (of dim -2) and ``cols`` (of dim -1) of ``x``, in order."""
     rows = rows.to(x.device)
     cols = cols.to(x.device)
-    # Drop along the larger relative cut first: the second gather then touches less data.
-    return x.index_select(-2, rows).index_select(-1, cols)
+    # One gather over both dims: on the CPU it is several times faster than two index_selects
+    # (index_select along an inner dim takes a slow path there).
+    return x[..., rows[:, None], cols]
 
 
 def _select_pil(img: Image.Image, rows: torch.Tensor, cols: torch.Tensor) -> Image.Image:

@@ -95,7 +95,7 @@ def _check_lambda(lam: object, batch: int) -> float | torch.Tensor:
 def _mix_inputs(x: torch.Tensor, perm: torch.Tensor, lam: float | torch.Tensor) -> torch.Tensor:
     """Deterministic core: ``(1 - λ)·x + λ·x[perm]`` with ``λ`` a float or a (B,) tensor."""
     dtype = compute_dtype(x.dtype)
-    partner = x.index_select(0, perm.to(x.device))
+    partner = x[perm.to(x.device)]  # advanced indexing: much faster than index_select on CPU
     if dtype != x.dtype:
         partner = partner.to(dtype)
         base = x.to(dtype)
@@ -114,7 +114,7 @@ def _mix_labels(
 ) -> torch.Tensor:
     """Deterministic core: ``(1 - λ)·onehot(y) + λ·onehot(y[perm])`` as float labels."""
     dense = dense_labels(y, n_classes)
-    partner = dense.index_select(0, perm.to(dense.device))
+    partner = dense[perm.to(dense.device)]
     if isinstance(lam, torch.Tensor):
         weight = (1 - lam).to(device=dense.device, dtype=dense.dtype).view(-1, 1)
     else:

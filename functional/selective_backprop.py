@@ -210,7 +210,7 @@ def select_using_loss(
     batch = X.shape[0]
     if int(batch * keep) == 0:
         index = torch.zeros(0, dtype=torch.long, device=X.device)
-        return X.index_select(0, index), y.index_select(0, index.to(y.device))
+        return X[index], y[index.to(y.device)]
     losses = _score(model, X, y, loss_fun, scale_factor)
     if not isinstance(losses, torch.Tensor) or losses.shape != (batch,):
         shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
@@ -219,4 +219,4 @@ def select_using_loss(
             f"({batch},), got {shape}"
         )
     chosen = _choose(losses, keep, generator)
-    return X.index_select(0, chosen.to(X.device)), y.index_select(0, chosen.to(y.device))
+    return X[chosen.to(X.device)], y[chosen.to(y.device)]

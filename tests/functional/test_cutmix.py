@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -107,3 +109,18 @@ def test_bad_arguments_raise_value_error(kwargs, match) -> None:
 def test_bad_bbox_type(bbox) -> None:
     with pytest.raises(TypeError, match="bbox must be a tuple of 4 ints"):
         F.cutmix_batch(torch.rand(2, 1, 4, 4), torch.arange(2), 2, bbox=bbox)
+
+
+@pytest.mark.parametrize("loop_bytes", [0, 1 << 40])
+def test_both_paste_paths_agree_and_are_differentiable(monkeypatch, loop_bytes) -> None:
+    cutmix_module = importlib.import_module("functional.cutmix")
+    monkeypatch.setattr(cutmix_module, "_LOOP_BYTES", loop_bytes)
+    x = torch.randn(3, 2, 5, 6, dtype=torch.float64)
+    perm = torch.tensor([2, 0, 1])
+    box = (1, 1, 4, 5)
+    x_mix, _, _ = F.cutmix_batch(x, torch.arange(3), 3, indices=perm, bbox=box)
+    assert torch.equal(x_mix, reference.cutmix(x, torch.arange(3), perm.tolist(), box, 3)[0])
+    x.requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda t: F.cutmix_batch(t, torch.arange(3), 3, indices=perm, bbox=box)[0], (x,)
+    )
