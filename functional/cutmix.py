@@ -29,9 +29,6 @@ __all__ = ["cutmix_batch"]
 
 BBox = tuple[int, int, int, int]
 
-# Boxes of at least this many bytes per sample are pasted sample by sample on the CPU.
-_LOOP_BYTES = 1 << 14
-
 
 def _draw_bbox(height: int, width: int, alpha: float, generator: torch.Generator | None) -> BBox:
     """A box of area about ``(1 - λ)·H·W``, ``λ ~ Beta(alpha, alpha)``, centred uniformly, clipped."""
@@ -76,18 +73,22 @@ def _check_bbox(bbox: object, height: int, width: int) -> BBox:
 def _paste(x: torch.Tensor, perm: torch.Tensor, bbox: BBox) -> torch.Tensor:
     """Deterministic core: ``x`` with the box ``bbox`` of every sample taken from ``x[perm]``."""
     x1, y1, x2, y2 = bbox
-    out = x.clone()
+    height, width = x.shape[-2:]
     if x2 <= x1 or y2 <= y1 or x.shape[0] == 0:
+        return x.clone()
+    perm = perm.to(x.device)
+    if (x2 - x1) * (y2 - y1) * 3 <= height * width:
+        # Small box: copy the batch, then gather the box from the partners.
+        out = x.clone()
+        out[..., y1:y2, x1:x2] = x[perm, ..., y1:y2, x1:x2]
         return out
-    box = out[..., y1:y2, x1:x2]
-    per_sample = box[0].numel() * box.element_size()
-    if x.device.type == "cpu" and per_sample >= _LOOP_BYTES:
-        # Copying sample by sample moves each box once and needs no temporary: faster on the
-        # CPU than a gather into a temporary box-sized tensor.
-        for i, j in enumerate(perm.tolist()):
-            box[i].copy_(x[j, ..., y1:y2, x1:x2])
-    else:
-        box.copy_(x[perm.to(x.device), ..., y1:y2, x1:x2])
+    # Large box: gather the partners whole, then copy back the (smaller) rest of each image.
+    # Moves less memory than copy-then-paste and needs no box-sized temporary.
+    out = x[perm]
+    out[..., :y1, :] = x[..., :y1, :]
+    out[..., y2:, :] = x[..., y2:, :]
+    out[..., y1:y2, :x1] = x[..., y1:y2, :x1]
+    out[..., y1:y2, x2:] = x[..., y1:y2, x2:]
     return out
 
 

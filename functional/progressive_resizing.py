@@ -19,7 +19,6 @@ from functional._checks import (
     check_one_of,
     check_positive,
     check_same_batch,
-    check_tensor,
     compute_dtype,
     random_device,
 )
@@ -109,8 +108,8 @@ def resize_inputs(
 
     Args:
         X: images ``(B, C, H, W)``.
-        y: targets; resized only when ``resize_targets`` is true, and then ``(B, H, W)`` or
-            ``(B, C', H, W)`` with the spatial size of ``X``.
+        y: targets, returned as they are unless ``resize_targets`` is true; then a tensor
+            ``(B, H, W)`` or ``(B, C', H, W)`` with the spatial size of ``X``.
         scale_factor: :math:`s` in ``(0, 1]``; for ``'resize'`` larger values upsample.
         mode: ``'resize'`` or ``'crop'``.
         resize_targets: also resize (or crop) ``y``.
@@ -132,7 +131,6 @@ def resize_inputs(
         (torch.Size([2, 3, 16, 15]), torch.Size([2, 16, 15]))
     """
     check_ndim(X, "X", 4, "(B, C, H, W)")
-    check_tensor(y, "y")
     check_one_of(mode, "mode", ("resize", "crop"))
     if not isinstance(resize_targets, bool):
         raise TypeError(f"resize_targets must be a bool, got {type(resize_targets).__name__}")
