@@ -54,8 +54,21 @@ def _add_rows(
     repeats: int,
     device: str,
 ) -> dict[str, float]:
-    """Time ``candidates`` (first one: ours) interleaved and add one row per candidate."""
-    times = time_interleaved(candidates, repeats=repeats, device=device)
+    """Time ``candidates`` (first one: ours) interleaved and add one row per candidate.
+
+    A peer that fails on this input or device is left out, with a note saying why.
+    """
+    working = {}
+    for name, fn in candidates.items():
+        try:
+            fn()
+        except Exception as exc:  # a peer's limitation, reported rather than fatal
+            if name == "ours":
+                raise
+            table.notes.append(f"{op}: {name} failed here ({type(exc).__name__}: {exc})"[:200])
+        else:
+            working[name] = fn
+    times = time_interleaved(working, repeats=repeats, device=device)
     ours = times["ours"]
     for name, seconds in times.items():
         speedup = None if name == "ours" else ratio(seconds, ours)
@@ -312,11 +325,12 @@ def run(*, quick: bool, device: str) -> list[Table]:
         bandwidth = copy_bandwidth(nbytes=(8 if quick else 256) * 2**20, device=device)
         images, image_verdicts = _image_ops(quick, device, repeats, bandwidth)
         ema, ema_verdicts = _ema(quick, device, repeats, bandwidth)
+        machine = machine_description()
     finally:
         torch.set_num_threads(previous_threads)
     missing = missing_peers(["composer", "timm", "kornia", "torchvision"])
     for table, verdicts in ((images, image_verdicts), (ema, ema_verdicts)):
-        table.notes.append(machine_description())
+        table.notes.append(machine)
         table.notes.append(f"copy bandwidth (read + write): {bandwidth / 1e9:.1f} GB/s")
         if missing:
             table.notes.append(f"peers not importable here, rows left out: {', '.join(missing)}")
