@@ -9,6 +9,7 @@ better; see Tarvainen and Valpola, `Mean teachers are better role models
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Mapping, MutableMapping
 
 import torch
@@ -115,12 +116,13 @@ def _is_dtensor(t: torch.Tensor) -> bool:
 class _Updates:
     """The pairs to average, grouped by (device, dtype) of the EMA side, and the pairs to copy."""
 
-    __slots__ = ("copies", "groups", "seen")
+    __slots__ = ("converted", "copies", "groups", "seen")
 
     def __init__(self) -> None:
         self.groups: dict[tuple[torch.device, torch.dtype], tuple[list, list]] = {}
         self.copies: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.seen: set[int] = set()
+        self.converted = False  # some model tensors were converted to the EMA's dtype/device
 
     def add(self, name: str, ema: torch.Tensor, value: torch.Tensor) -> None:
         plain = type(ema) in _PLAIN and type(value) in _PLAIN
@@ -148,6 +150,7 @@ class _Updates:
             )
         if value.dtype != dtype or value.device != device:
             value = value.to(device=device, dtype=dtype)
+            self.converted = True
         group = self.groups.get((device, dtype))
         if group is None:
             group = self.groups[(device, dtype)] = ([], [])
@@ -290,20 +293,96 @@ def compute_ema(
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     smoothing = check_probability(smoothing, "smoothing")
     model = _unwrap(model)
-    updates = _Updates()
     if isinstance(ema_model, nn.Module):
-        _pair_modules(model, _unwrap(ema_model), updates)
-    elif isinstance(ema_model, Mapping):
-        source, non_persistent = _named_tensors(model)
-        target = _strip_wrapper_prefixes(ema_model, source)
-        _pair_by_name(source, target, non_persistent, updates)  # a state dict leaves them out
-    else:
+        ema_model = _unwrap(ema_model)
+    elif not isinstance(ema_model, Mapping):
         raise TypeError(
             "ema_model must be an nn.Module or a mapping of names to tensors (e.g. a "
             f"state_dict), got {type(ema_model).__name__}"
         )
+    signature = _signature(model, ema_model)
+    cached = _PLANS.get(model) if signature is not None else None
+    plan = cached.resolve(ema_model, signature) if cached is not None else None
+    if plan is None:
+        updates = _Updates()
+        if isinstance(ema_model, nn.Module):
+            _pair_modules(model, ema_model, updates)
+        else:
+            source, non_persistent = _named_tensors(model)
+            target = _strip_wrapper_prefixes(ema_model, source)
+            _pair_by_name(source, target, non_persistent, updates)  # a state dict omits them
+        plan = (list(updates.groups.values()), updates.copies)
+        if signature is not None and not updates.converted:
+            _PLANS[model] = _CachedPlan(ema_model, signature, plan)
+    groups, copies = plan
     weight = 1.0 - smoothing
-    for ema_list, model_list in updates.groups.values():
+    for ema_list, model_list in groups:
         torch._foreach_lerp_(ema_list, model_list, weight)
-    for ema_tensor, model_tensor in updates.copies:
+    for ema_tensor, model_tensor in copies:
         ema_tensor.copy_(model_tensor)
+
+
+# The pairing of a model with its EMA is checked once and reused while neither changes: the
+# per-tensor checks cost about as much as the update itself on small models.
+_PLANS: weakref.WeakKeyDictionary[nn.Module, _CachedPlan] = weakref.WeakKeyDictionary()
+
+
+def _signature(model: nn.Module, ema_model: nn.Module | Mapping) -> tuple | None:
+    """The storage of every tensor of both sides, in order; None for tensor subclasses.
+
+    Equal signatures mean the same memory is paired the same way: a replaced tensor, a
+    ``.data`` swap (``model.to(...)``), a new or removed tensor all change it.
+    """
+    pointers: list[object] = []
+    append = pointers.append
+    walks = [model.modules()]
+    if isinstance(ema_model, nn.Module):
+        walks.append(ema_model.modules())
+    else:
+        append(tuple(ema_model))
+        for value in ema_model.values():
+            if type(value) not in _PLAIN:
+                return None
+            append(value.data_ptr())
+    for walk in walks:
+        for sub in walk:
+            for value in (*sub._parameters.values(), *sub._buffers.values()):
+                if value is None:
+                    append(None)
+                elif type(value) in _PLAIN:
+                    append(value.data_ptr())
+                else:
+                    return None
+    return tuple(pointers)
+
+
+class _CachedPlan:
+    """A checked pairing, holding its tensors by weak reference (it keeps nothing alive)."""
+
+    __slots__ = ("copies", "ema", "groups", "signature")
+
+    def __init__(self, ema_model: object, signature: tuple, plan: tuple) -> None:
+        groups, copies = plan
+        self.ema = id(ema_model)
+        self.signature = signature
+        self.groups = [
+            ([weakref.ref(t) for t in e], [weakref.ref(t) for t in m]) for e, m in groups
+        ]
+        self.copies = [(weakref.ref(e), weakref.ref(m)) for e, m in copies]
+
+    def resolve(self, ema_model: object, signature: tuple) -> tuple | None:
+        """The plan's tensors, or None if it no longer applies."""
+        if id(ema_model) != self.ema or signature != self.signature:
+            return None
+        groups = []
+        for ema_refs, model_refs in self.groups:
+            ema_list = [r() for r in ema_refs]
+            model_list = [r() for r in model_refs]
+            # `is None`, not `in`: a membership test would compare tensors elementwise.
+            if any(t is None for t in ema_list) or any(t is None for t in model_list):
+                return None
+            groups.append((ema_list, model_list))
+        copies = [(e(), m()) for e, m in self.copies]
+        if any(e is None or m is None for e, m in copies):
+            return None
+        return groups, copies

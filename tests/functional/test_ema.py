@@ -130,6 +130,44 @@ def test_tied_weights_are_averaged_once() -> None:
     )
 
 
+def test_repeated_updates_follow_changes_to_either_side() -> None:
+    # compute_ema reuses its checked pairing while nothing changes: every change must show.
+    ema = Net()
+    model = _perturbed(ema)
+    for _ in range(2):
+        expected = reference.ema(_state(model), _state(ema), 0.5)
+        F.compute_ema(model, ema, 0.5)
+        torch.testing.assert_close(ema.fc.weight.double(), expected["fc.weight"])
+    model.fc.weight = nn.Parameter(torch.ones(2, 4))  # a new parameter object
+    before = ema.fc.weight.detach().clone()
+    F.compute_ema(model, ema, 0.5)
+    torch.testing.assert_close(ema.fc.weight, 0.5 * before + 0.5)
+    with torch.no_grad():
+        model.fc.weight.data = torch.full((2, 4), 3.0)  # a .data swap keeps the object
+    before = ema.fc.weight.detach().clone()
+    F.compute_ema(model, ema, 0.5)
+    torch.testing.assert_close(ema.fc.weight, 0.5 * before + 1.5)
+    model.double()
+    ema.double()
+    before = ema.fc.weight.detach().clone()
+    F.compute_ema(model, ema, 0.5)
+    assert ema.fc.weight.dtype == torch.float64
+    torch.testing.assert_close(ema.fc.weight, 0.5 * before + 1.5)
+    # A dict EMA whose entry is replaced by a new tensor.
+    state = {k: v.clone() for k, v in ema.state_dict().items()}
+    F.compute_ema(model, state, 0.5)
+    state["fc.weight"] = torch.zeros(2, 4, dtype=torch.float64)
+    F.compute_ema(model, state, 0.5)
+    torch.testing.assert_close(state["fc.weight"], torch.full((2, 4), 1.5, dtype=torch.float64))
+    # A fresh EMA module after the old one is gone.
+    del ema
+    fresh = copy.deepcopy(model)
+    with torch.no_grad():
+        fresh.fc.weight.zero_()
+    F.compute_ema(model, fresh, 0.5)
+    torch.testing.assert_close(fresh.fc.weight, torch.full((2, 4), 1.5, dtype=torch.float64))
+
+
 def test_one_fused_lerp_per_device_and_dtype(monkeypatch) -> None:
     calls = []
     original = torch._foreach_lerp_
