@@ -70,26 +70,33 @@ def _check_bbox(bbox: object, height: int, width: int) -> BBox:
     return clip_x(x1), clip_y(y1), clip_x(x2), clip_y(y2)
 
 
-def _paste(x: torch.Tensor, perm: torch.Tensor, bbox: BBox) -> torch.Tensor:
-    """Deterministic core: ``x`` with the box ``bbox`` of every sample taken from ``x[perm]``."""
+def _paste(x: torch.Tensor, perm: torch.Tensor, bbox: BBox, *, bijective: bool) -> torch.Tensor:
+    """Deterministic core: ``x`` with the box ``bbox`` of every sample taken from ``x[perm]``.
+
+    ``bijective`` says ``perm`` is a permutation: the box is then scattered straight from ``x``
+    to the partners' positions (``index_copy_`` with the inverse permutation) instead of being
+    gathered into a temporary first.
+    """
     x1, y1, x2, y2 = bbox
-    height, width = x.shape[-2:]
+    out = x.clone()
     if x2 <= x1 or y2 <= y1 or x.shape[0] == 0:
-        return x.clone()
-    perm = perm.to(x.device)
-    if (x2 - x1) * (y2 - y1) * 3 <= height * width:
-        # Small box: copy the batch, then gather the box from the partners.
-        out = x.clone()
-        out[..., y1:y2, x1:x2] = x[perm, ..., y1:y2, x1:x2]
         return out
-    # Large box: gather the partners whole, then copy back the (smaller) rest of each image.
-    # Moves less memory than copy-then-paste and needs no box-sized temporary.
-    out = x[perm]
-    out[..., :y1, :] = x[..., :y1, :]
-    out[..., y2:, :] = x[..., y2:, :]
-    out[..., y1:y2, :x1] = x[..., y1:y2, :x1]
-    out[..., y1:y2, x2:] = x[..., y1:y2, x2:]
+    perm = perm.to(x.device)
+    box = out[..., y1:y2, x1:x2]
+    if bijective:
+        inverse = torch.empty_like(perm)
+        inverse[perm] = torch.arange(len(perm), device=perm.device)
+        box.index_copy_(0, inverse, x[..., y1:y2, x1:x2])
+    else:
+        box.copy_(x[perm, ..., y1:y2, x1:x2])
     return out
+
+
+def _is_permutation(indices: torch.Tensor) -> bool:
+    """Whether ``indices`` (checked to lie in ``[0, B)``) is a permutation; eager on the CPU only."""
+    if indices.device.type != "cpu":
+        return False  # answering would synchronise with the device; the gather path is exact
+    return bool((torch.bincount(indices, minlength=len(indices)) == 1).all())
 
 
 def _area_fraction(bbox: BBox, height: int, width: int) -> float:
@@ -167,13 +174,16 @@ def cutmix_batch(
     y_dense = dense_labels(y, n_classes)
     if indices is None:
         perm = random_permutation(batch, generator, x.device)
+        bijective = True
     else:
-        perm = check_indices(indices, batch).to(x.device)
+        perm = check_indices(indices, batch)
+        bijective = _is_permutation(perm)
+        perm = perm.to(x.device)
     if bbox is None:
         box = _draw_bbox(height, width, alpha, generator)
     else:
         box = _check_bbox(bbox, height, width)
-    x_mix = _paste(x, perm, box)
+    x_mix = _paste(x, perm, box, bijective=bijective)
     area = _area_fraction(box, height, width)
     partner = y_dense[perm.to(y_dense.device)]
     y_mix = partner.lerp_(y_dense, 1.0 - area)
