@@ -182,19 +182,17 @@ def _image_ops(quick: bool, device: str, repeats: int, bandwidth: float) -> tupl
         },
     )
 
-    # CutMix with a fixed box covering half the image for ours and Composer (Composer indexes
-    # its box (rows, cols) the other way round; same area). timm and torchvision draw their own.
+    # CutMix with the same fixed centred box for ours and Composer (a square with symmetric
+    # corners is the same region under both box conventions); timm and torchvision draw theirs.
     height, width = shape[-2:]
+    box = (width // 4, height // 4, width - width // 4, height - height // 4)
     timm_cut = timm_mixup and timm_mixup(mixup_alpha=0.0, cutmix_alpha=1.0, num_classes=N_CLASSES)
     tv_cut = tv and tv.CutMix(alpha=1.0, num_classes=N_CLASSES)
     times = run(
-        "cutmix_batch (half-image box)",
+        f"cutmix_batch ({box[2] - box[0]}x{box[3] - box[1]} centred box)",
         {
-            "ours": lambda: F.cutmix_batch(
-                x, y, N_CLASSES, indices=perm, bbox=(0, 0, width // 2, height)
-            ),
-            "Composer": cf
-            and (lambda: cf.cutmix_batch(x, y, bbox=(0, 0, height // 2, width), indices=perm)),
+            "ours": lambda: F.cutmix_batch(x, y, N_CLASSES, indices=perm, bbox=box),
+            "Composer": cf and (lambda: cf.cutmix_batch(x, y, bbox=box, indices=perm)),
             "timm Mixup cutmix (+clone, random box)": timm_cut and (lambda: timm_cut(x.clone(), y)),
             "torchvision CutMix (random box)": tv_cut and (lambda: tv_cut(x, y)),
         },

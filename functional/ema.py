@@ -301,7 +301,8 @@ def compute_ema(
             f"state_dict), got {type(ema_model).__name__}"
         )
     signature = _signature(model, ema_model)
-    cached = _PLANS.get(model) if signature is not None else None
+    plans = _PLANS.setdefault(model, {}) if signature is not None else {}
+    cached = plans.get(id(ema_model))
     plan = cached.resolve(ema_model, signature) if cached is not None else None
     if plan is None:
         updates = _Updates()
@@ -313,18 +314,23 @@ def compute_ema(
             _pair_by_name(source, target, non_persistent, updates)  # a state dict omits them
         plan = (list(updates.groups.values()), updates.copies)
         if signature is not None and not updates.converted:
-            _PLANS[model] = _CachedPlan(ema_model, signature, plan)
+            if len(plans) >= _MAX_PLANS:
+                plans.clear()
+            plans[id(ema_model)] = _CachedPlan(ema_model, signature, plan)
     groups, copies = plan
     weight = 1.0 - smoothing
     for ema_list, model_list in groups:
         torch._foreach_lerp_(ema_list, model_list, weight)
-    for ema_tensor, model_tensor in copies:
-        ema_tensor.copy_(model_tensor)
+    if copies:
+        ema_ints, model_ints = zip(*copies, strict=True)
+        torch._foreach_copy_(list(ema_ints), list(model_ints))
 
 
 # The pairing of a model with its EMA is checked once and reused while neither changes: the
 # per-tensor checks cost about as much as the update itself on small models.
-_PLANS: weakref.WeakKeyDictionary[nn.Module, _CachedPlan] = weakref.WeakKeyDictionary()
+# Plans per model, keyed by the id of the EMA side (a few: e.g. a module and its state dict).
+_PLANS: weakref.WeakKeyDictionary[nn.Module, dict[int, _CachedPlan]] = weakref.WeakKeyDictionary()
+_MAX_PLANS = 4
 
 
 def _signature(model: nn.Module, ema_model: nn.Module | Mapping) -> tuple | None:
@@ -333,27 +339,27 @@ def _signature(model: nn.Module, ema_model: nn.Module | Mapping) -> tuple | None
     Equal signatures mean the same memory is paired the same way: a replaced tensor, a
     ``.data`` swap (``model.to(...)``), a new or removed tensor all change it.
     """
-    pointers: list[object] = []
-    append = pointers.append
     walks = [model.modules()]
+    head: tuple = ()
     if isinstance(ema_model, nn.Module):
         walks.append(ema_model.modules())
+        values = []
     else:
-        append(tuple(ema_model))
-        for value in ema_model.values():
-            if type(value) not in _PLAIN:
-                return None
-            append(value.data_ptr())
-    for walk in walks:
-        for sub in walk:
-            for value in (*sub._parameters.values(), *sub._buffers.values()):
-                if value is None:
-                    append(None)
-                elif type(value) in _PLAIN:
-                    append(value.data_ptr())
-                else:
-                    return None
-    return tuple(pointers)
+        head = tuple(ema_model)
+        values = list(ema_model.values())
+    values += [
+        value
+        for walk in walks
+        for sub in walk
+        for store in (sub._parameters, sub._buffers)
+        for value in store.values()
+    ]
+    if not set(map(type, values)) <= _SIGNED:
+        return None
+    return (head, *[None if value is None else value.data_ptr() for value in values])
+
+
+_SIGNED = {torch.Tensor, nn.Parameter, type(None)}
 
 
 class _CachedPlan:
