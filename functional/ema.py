@@ -339,24 +339,31 @@ def _signature(model: nn.Module, ema_model: nn.Module | Mapping) -> tuple | None
     Equal signatures mean the same memory is paired the same way: a replaced tensor, a
     ``.data`` swap (``model.to(...)``), a new or removed tensor all change it.
     """
-    walks = [model.modules()]
     head: tuple = ()
     if isinstance(ema_model, nn.Module):
-        walks.append(ema_model.modules())
-        values = []
+        values = _state_values(model) + _state_values(ema_model)
     else:
         head = tuple(ema_model)
-        values = list(ema_model.values())
-    values += [
-        value
-        for walk in walks
-        for sub in walk
-        for store in (sub._parameters, sub._buffers)
-        for value in store.values()
-    ]
+        values = [*ema_model.values(), *_state_values(model)]
     if not set(map(type, values)) <= _SIGNED:
         return None
     return (head, *[None if value is None else value.data_ptr() for value in values])
+
+
+def _state_values(root: nn.Module) -> list:
+    """The parameters and buffers (or None) of every module, in a fixed order; a tight walk."""
+    values: list = []
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        values += module._parameters.values()
+        values += module._buffers.values()
+        stack += [child for child in reversed(module._modules.values()) if child is not None]
+    return values
 
 
 _SIGNED = {torch.Tensor, nn.Parameter, type(None)}
