@@ -22,9 +22,11 @@ Taps = tuple[float, ...]
 # The default low-pass filter [1 2 1]ᵀ[1 2 1] / 16 as a pair of 1-D taps.
 _DEFAULT_TAPS: Taps = (0.25, 0.5, 0.25)
 
-# Bytes of input planes processed per step of the CPU kernel: small enough that the
-# intermediate results of both passes stay in cache, large enough to amortise dispatch.
-_CHUNK_BYTES = 8 << 20
+# Bytes of input planes processed per step of the CPU kernel: small enough that the column
+# pass's result is still in cache (L3) when the row pass reads it, large enough to keep the
+# number of multi-threaded ops low (each one waits for all its threads, which costs dearly on
+# a machine whose cores are shared with other busy processes).
+_CHUNK_BYTES = 16 << 20
 
 
 def _check_filter(filter: object, channels: int) -> torch.Tensor:
@@ -117,7 +119,7 @@ def _blur_planes_cpu(
         source, target, per_item = x, out, channels
     direct = x.is_contiguous() and work == x.dtype
     plane_bytes = height * width * torch.empty((), dtype=work).element_size()
-    step = max(1, _CHUNK_BYTES // (plane_bytes * per_item))
+    step = min(source.shape[0], max(1, _CHUNK_BYTES // (plane_bytes * per_item)))
     planes = step * per_item
     staged = None if direct else torch.empty((planes, height, width), dtype=work)
     middle = torch.empty((planes, out_h, width), dtype=work)
@@ -160,6 +162,37 @@ class _SeparableBlur(torch.autograd.Function):
             (1, 1),
         )
         return _SeparableBlur.apply(grad, *flipped), None, None, None, None
+
+
+def _blur_conv(input: torch.Tensor, filt: torch.Tensor | None, strides: tuple[int, int]):
+    """Depthwise-convolution formulation (any device, any filter, differentiable in both)."""
+    dtype = compute_dtype(input.dtype)
+    channels = input.shape[1]
+    if filt is None:
+        taps = torch.tensor(_DEFAULT_TAPS, device=input.device, dtype=dtype)
+        filt = torch.outer(taps, taps).view(1, 1, 3, 3)
+    weight = filt.to(device=input.device, dtype=dtype).expand(channels, 1, *filt.shape[-2:])
+    k_h, k_w = filt.shape[-2:]
+    x = input.to(dtype)
+    pad_h, pad_w = (k_h - 1) // 2, (k_w - 1) // 2
+    if k_h % 2 == 0 or k_w % 2 == 0:  # even sizes: the extra row/column of padding goes last
+        x = F.pad(x, (pad_w, k_w - 1 - pad_w, pad_h, k_h - 1 - pad_h))
+        pad_h = pad_w = 0
+    if x.shape[0] == 0 or channels == 0:
+        out_h = (input.shape[2] - 1) // strides[0] + 1
+        out_w = (input.shape[3] - 1) // strides[1] + 1
+        return input.new_empty((input.shape[0], channels, out_h, out_w))
+    out = F.conv2d(x, weight, None, strides, (pad_h, pad_w), 1, channels)
+    return cast_result(out, input.dtype)
+
+
+def _pool_output_size(size: int, kernel: int, stride: int, pad: int, dilation: int, ceil: bool):
+    """The output size of ``max_pool2d`` along one dimension (PyTorch's formula)."""
+    numerator = size + 2 * pad - dilation * (kernel - 1) - 1
+    out = (-(-numerator // stride) if ceil else numerator // stride) + 1
+    if ceil and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
 
 
 def blur_2d(
@@ -227,28 +260,6 @@ def blur_2d(
             with torch.no_grad():
                 return _blur_planes_cpu(input, col, row, pads, strides)
     return _blur_conv(input, filt, strides)
-
-
-def _blur_conv(input: torch.Tensor, filt: torch.Tensor | None, strides: tuple[int, int]):
-    """Depthwise-convolution formulation (any device, any filter, differentiable in both)."""
-    dtype = compute_dtype(input.dtype)
-    channels = input.shape[1]
-    if filt is None:
-        taps = torch.tensor(_DEFAULT_TAPS, device=input.device, dtype=dtype)
-        filt = torch.outer(taps, taps).view(1, 1, 3, 3)
-    weight = filt.to(device=input.device, dtype=dtype).expand(channels, 1, *filt.shape[-2:])
-    k_h, k_w = filt.shape[-2:]
-    x = input.to(dtype)
-    pad_h, pad_w = (k_h - 1) // 2, (k_w - 1) // 2
-    if k_h % 2 == 0 or k_w % 2 == 0:  # even sizes: the extra row/column of padding goes last
-        x = F.pad(x, (pad_w, k_w - 1 - pad_w, pad_h, k_h - 1 - pad_h))
-        pad_h = pad_w = 0
-    if x.shape[0] == 0 or channels == 0:
-        out_h = (input.shape[2] - 1) // strides[0] + 1
-        out_w = (input.shape[3] - 1) // strides[1] + 1
-        return input.new_empty((input.shape[0], channels, out_h, out_w))
-    out = F.conv2d(x, weight, None, strides, (pad_h, pad_w), 1, channels)
-    return cast_result(out, input.dtype)
 
 
 def blurmax_pool2d(
@@ -328,12 +339,3 @@ def blurmax_pool2d(
         x = F.pad(x, (0, max(extra[1], 0), 0, max(extra[0], 0)), value=low)
     dense_max = F.max_pool2d(x, kernel, stride=1, padding=pads, dilation=dilations)
     return blur_2d(dense_max, stride=strides, filter=filter)
-
-
-def _pool_output_size(size: int, kernel: int, stride: int, pad: int, dilation: int, ceil: bool):
-    """The output size of ``max_pool2d`` along one dimension (PyTorch's formula)."""
-    numerator = size + 2 * pad - dilation * (kernel - 1) - 1
-    out = (-(-numerator // stride) if ceil else numerator // stride) + 1
-    if ceil and (out - 1) * stride >= size + pad:
-        out -= 1
-    return out
