@@ -316,21 +316,18 @@ def blurmax_pool2d(
             f"padding must be at most half of kernel_size, got padding={padding} for "
             f"kernel_size={kernel_size}"
         )
-    sizes = []
     extra = []
     for dim in range(2):
         size = input.shape[2 + dim]
-        span = dilations[dim] * (kernel[dim] - 1) + 1
-        dense = size + 2 * pads[dim] - span + 1  # rows of the stride-1 max
-        if dense < 1:
+        out = _pool_output_size(
+            size, kernel[dim], strides[dim], pads[dim], dilations[dim], ceil_mode
+        )
+        if out < 1:
             raise ValueError(
                 f"input of size {tuple(input.shape[2:])} is too small for kernel_size="
                 f"{kernel_size}, dilation={dilation}, padding={padding}"
             )
-        out = _pool_output_size(
-            size, kernel[dim], strides[dim], pads[dim], dilations[dim], ceil_mode
-        )
-        sizes.append(out)
+        dense = size + 2 * pads[dim] - dilations[dim] * (kernel[dim] - 1)  # stride-1 max size
         # ceil_mode's last window may hang over the padded input: extend the dense max map.
         extra.append((out - 1) * strides[dim] + 1 - dense)
     x = input

@@ -121,9 +121,10 @@ POOL_PARAMS = [
 ]
 
 
+@pytest.mark.parametrize("size", [(9, 8), (4, 5)])
 @pytest.mark.parametrize("k,s,p,d,ceil", POOL_PARAMS)
-def test_blurmax_pool2d_matches_reference_and_max_pool_shape(k, s, p, d, ceil) -> None:
-    x = _x(2, 2, 9, 8)
+def test_blurmax_pool2d_matches_reference_and_max_pool_shape(k, s, p, d, ceil, size) -> None:
+    x = _x(2, 2, *size)
     stride = k if s is None else s
     try:
         shape = torch.nn.functional.max_pool2d(x, k, s, p, d, ceil_mode=ceil).shape
