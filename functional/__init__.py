@@ -17,8 +17,19 @@ from functional.alibi import (
     register_alibi,
     unregister_alibi,
 )
-from functional.blurpool import apply_blurpool, BlurConv2d, BlurMaxPool2d, BlurPool2d
+from functional.blurpool import (
+    apply_blurpool,
+    blur_2d,
+    BlurConv2d,
+    blurmax_pool2d,
+    BlurMaxPool2d,
+    BlurPool2d,
+)
 from functional.channels_last import apply_channels_last
+from functional.colout import colout, colout_batch
+from functional.cutmix import cutmix_batch
+from functional.cutout import cutout
+from functional.ema import compute_ema, ema_smoothing
 from functional.factorization import apply_factorization, FactorizedConv2d, FactorizedLinear
 from functional.gated_linear_units import apply_gated_linear_units, GatedLinear
 from functional.ghost_batchnorm import (
@@ -28,6 +39,7 @@ from functional.ghost_batchnorm import (
     GhostBatchNorm3d,
 )
 from functional.gradient_clipping import apply_gradient_clipping
+from functional.label_smoothing import smooth_labels
 from functional.layer_freezing import freeze_layers
 from functional.low_precision_norm import (
     apply_low_precision_groupnorm,
@@ -35,8 +47,12 @@ from functional.low_precision_norm import (
     LowPrecisionGroupNorm,
     LowPrecisionLayerNorm,
 )
+from functional.mixup import gen_interpolation_lambda, mixup_batch
+from functional.progressive_resizing import progressive_resizing_scale, resize_inputs
 from functional.sam import SAMOptimizer
 from functional.scale_schedule import scale_scheduler
+from functional.selective_backprop import select_using_loss, should_selective_backprop
+from functional.seq_length_warmup import apply_seq_length_warmup, seq_length_warmup_length
 from functional.squeeze_excite import (
     apply_se,
     apply_squeeze_excite,
@@ -71,26 +87,43 @@ __all__: list[str] = [
     "apply_low_precision_groupnorm",
     "apply_low_precision_layernorm",
     "apply_se",
+    "apply_seq_length_warmup",
     "apply_squeeze_excite",
     "apply_stochastic_depth",
     "apply_weight_standardization",
+    "blur_2d",
     "BlurConv2d",
+    "blurmax_pool2d",
     "BlurMaxPool2d",
     "BlurPool2d",
+    "colout",
+    "colout_batch",
+    "compute_ema",
+    "cutmix_batch",
+    "cutout",
     "DisabledPositionEmbedding",
+    "ema_smoothing",
     "FactorizedConv2d",
     "FactorizedLinear",
     "freeze_layers",
     "GatedLinear",
+    "gen_interpolation_lambda",
     "GhostBatchNorm1d",
     "GhostBatchNorm2d",
     "GhostBatchNorm3d",
     "LowPrecisionGroupNorm",
     "LowPrecisionLayerNorm",
+    "mixup_batch",
+    "progressive_resizing_scale",
     "register_alibi",
     "register_stochastic_block",
+    "resize_inputs",
     "SAMOptimizer",
     "scale_scheduler",
+    "select_using_loss",
+    "seq_length_warmup_length",
+    "should_selective_backprop",
+    "smooth_labels",
     "SqueezeExcite2d",
     "SqueezeExciteConv2d",
     "STOCHASTIC_BLOCKS",

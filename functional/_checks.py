@@ -188,3 +188,158 @@ def clone_module_as(module: nn.Module, cls: type[nn.Module]) -> nn.Module:
         state[key] = value.copy() if isinstance(value, (dict, set)) else value
     clone.__dict__.update(state)
     return clone
+# Helpers shared by the batch and label ops (mixup, cutmix, cutout, colout, blur, resizing,
+# label smoothing, selective backprop).
+# ---------------------------------------------------------------------------------------------
+
+
+def check_pair(value: object, name: str, *, minimum: int = 0) -> tuple[int, int]:
+    """An int or a pair of ints (``(h, w)``), each ``>= minimum``, as a pair."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        pair = (int(value), int(value))
+    elif (
+        isinstance(value, (tuple, list))
+        and len(value) == 2
+        and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value)
+    ):
+        pair = (int(value[0]), int(value[1]))
+    else:
+        raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}")
+    if min(pair) < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return pair
+
+
+def check_same_batch(x: torch.Tensor, y: torch.Tensor, x_name: str, y_name: str) -> None:
+    """Require ``x`` and ``y`` to have the same size along dim 0 (the batch)."""
+    if y.ndim == 0 or y.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"{y_name} must have the batch size of {x_name} ({x.shape[0]}) along dim 0, "
+            f"got shape {tuple(y.shape)}"
+        )
+
+
+def random_device(generator: torch.Generator | None) -> torch.device:
+    """The device random parameters are drawn on: the generator's, or the CPU for torch's global RNG.
+
+    Drawing on the generator's device (not the data's) makes a seeded CPU generator give the
+    same parameters whatever device the data lives on.
+    """
+    return torch.device("cpu") if generator is None else generator.device
+
+
+def random_permutation(
+    n: int, generator: torch.Generator | None, device: torch.device | str
+) -> torch.Tensor:
+    """A uniformly random permutation of ``range(n)`` (int64) on ``device``."""
+    perm = torch.randperm(n, generator=generator, device=random_device(generator))
+    return perm.to(device)
+
+
+def sample_beta(
+    alpha: float, size: tuple[int, ...], generator: torch.Generator | None
+) -> torch.Tensor:
+    """Samples of Beta(alpha, alpha) as float64, robust for tiny ``alpha``.
+
+    ``Beta(a, a) = G1 / (G1 + G2)`` with ``G ~ Gamma(a)``; for small ``a`` the gammas underflow
+    to 0, so the ratio is taken in log space with ``log G = log G' + log(U) / a``,
+    ``G' ~ Gamma(a + 1)``, ``U ~ Uniform(0, 1)`` (Marsaglia and Tsang's boost).
+    """
+    device = random_device(generator)
+    shape = (2, *size)
+    conc = torch.full(shape, alpha + 1.0, dtype=torch.float64, device=device)
+    gamma = torch._standard_gamma(conc, generator=generator)
+    uniform = torch.rand(shape, dtype=torch.float64, device=device, generator=generator)
+    # 1 - U lies in (0, 1]: its log is finite.
+    log_gamma = gamma.log() + torch.log1p(-uniform) / alpha
+    return torch.sigmoid(log_gamma[0] - log_gamma[1])
+
+
+def dense_labels(
+    y: torch.Tensor, n_classes: int, name: str = "y", *, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """``y`` as dense float labels ``(B, n_classes)``: class indices ``(B,)`` become one-hot.
+
+    Index labels must be integers in ``[0, n_classes)``; dense labels must have ``n_classes``
+    columns. Floating dense labels keep their dtype unless ``dtype`` is given; everything else
+    becomes ``dtype`` or the default float dtype.
+    """
+    check_tensor(y, name)
+    if y.ndim == 1:
+        if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+            raise TypeError(
+                f"{name} with shape (B,) must hold integer class indices, got dtype {y.dtype}"
+            )
+        check_class_indices(y, n_classes, name)
+        out_dtype = dtype or torch.get_default_dtype()
+        return torch.nn.functional.one_hot(y.long(), n_classes).to(out_dtype)
+    if y.ndim == 2:
+        if y.shape[1] != n_classes:
+            raise ValueError(
+                f"{name} with shape (B, n_classes) must have n_classes={n_classes} columns, "
+                f"got shape {tuple(y.shape)}"
+            )
+        out_dtype = dtype or (y.dtype if y.is_floating_point() else torch.get_default_dtype())
+        return y.to(out_dtype)
+    raise ValueError(
+        f"{name} must be class indices (B,) or dense labels (B, n_classes), "
+        f"got shape {tuple(y.shape)}"
+    )
+
+
+def check_class_indices(y: torch.Tensor, n_classes: int, name: str = "y") -> None:
+    """Require integer labels in ``[0, n_classes)``.
+
+    Checked eagerly on the CPU; on an accelerator the check is queued on the device
+    (``torch._assert_async``) so that it does not synchronise the host.
+    """
+    if y.numel() == 0:
+        return
+    if y.device.type == "cpu":
+        low, high = (int(v) for v in torch.aminmax(y))
+        if low < 0 or high >= n_classes:
+            raise ValueError(
+                f"{name} must hold class indices in [0, {n_classes}) (n_classes={n_classes}), "
+                f"got values in [{low}, {high}]"
+            )
+    else:
+        torch._assert_async(
+            ((y >= 0) & (y < n_classes)).all(),
+            f"{name} must hold class indices in [0, {n_classes})",
+        )
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The floating dtype an op computes in for data of ``dtype`` (float32 for integer data)."""
+    return dtype if dtype.is_floating_point else torch.float32
+
+
+def cast_result(result: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``result`` (computed in a floating dtype) back in ``dtype``; integers rounded and clamped."""
+    if result.dtype == dtype:
+        return result
+    if dtype.is_floating_point:
+        return result.to(dtype)
+    if dtype == torch.bool:
+        return result.round() != 0
+    info = torch.iinfo(dtype)
+    return result.round().clamp_(info.min, info.max).to(dtype)
+
+
+def check_indices(indices: object, batch: int, name: str = "indices") -> torch.Tensor:
+    """Require ``(B,)`` integer batch positions in ``[0, B)`` (checked eagerly on the CPU)."""
+    indices = check_tensor(indices, name)
+    if indices.shape != (batch,):
+        raise ValueError(f"{name} must have shape (B,) = ({batch},), got {tuple(indices.shape)}")
+    if indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor, got dtype {indices.dtype}")
+    if (
+        indices.device.type == "cpu"
+        and batch
+        and (int(indices.min()) < 0 or int(indices.max()) >= batch)
+    ):
+        raise ValueError(
+            f"{name} must hold batch positions in [0, {batch}), got values in "
+            f"[{int(indices.min())}, {int(indices.max())}]"
+        )
+    return indices.long()

@@ -1,0 +1,190 @@
+"""MixUp: train on convex combinations of pairs of examples and their labels (Zhang et al. 2018).
+
+Paper: `mixup: Beyond Empirical Risk Minimization <https://arxiv.org/abs/1710.09412>`_.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from functional._checks import (
+    cast_result,
+    check_generator,
+    check_indices,
+    check_int,
+    check_positive,
+    check_probability,
+    check_same_batch,
+    check_tensor,
+    compute_dtype,
+    dense_labels,
+    random_permutation,
+    sample_beta,
+)
+
+__all__ = ["gen_interpolation_lambda", "mixup_batch"]
+
+
+def gen_interpolation_lambda(
+    alpha: float,
+    *,
+    batch_size: int | None = None,
+    generator: torch.Generator | None = None,
+) -> float | torch.Tensor:
+    r"""Draw a MixUp interpolation coefficient :math:`\lambda \sim \mathrm{Beta}(\alpha, \alpha)`.
+
+    Small ``alpha`` puts most mass near 0 and 1 (little mixing); large ``alpha`` concentrates
+    :math:`\lambda` around 0.5. ``alpha = 0`` means no mixing and always returns 0.
+
+    Args:
+        alpha: concentration of the Beta distribution, ``>= 0`` and finite.
+        batch_size: if given, draw one coefficient per sample and return them as a float32
+            tensor of shape ``(batch_size,)`` (per-sample MixUp); by default draw a single float.
+        generator: source of randomness (``None``: torch's global RNG).
+
+    Returns:
+        A float in ``[0, 1]``, or a ``(batch_size,)`` tensor of them.
+
+    Example:
+        >>> import torch, functional as F
+        >>> lam = F.gen_interpolation_lambda(0.2, generator=torch.Generator().manual_seed(0))
+        >>> 0.0 <= lam <= 1.0
+        True
+        >>> F.gen_interpolation_lambda(1.0, batch_size=4).shape
+        torch.Size([4])
+    """
+    alpha = check_positive(alpha, "alpha", allow_zero=True)
+    check_generator(generator)
+    if batch_size is not None:
+        batch_size = check_int(batch_size, "batch_size", minimum=0)
+    size = () if batch_size is None else (batch_size,)
+    if alpha == 0.0:
+        lam = torch.zeros(size, dtype=torch.float64)
+    else:
+        lam = sample_beta(alpha, size, generator)
+    return float(lam) if batch_size is None else lam.float()
+
+
+def _check_lambda(lam: object, batch: int) -> float | torch.Tensor:
+    if isinstance(lam, torch.Tensor):
+        if lam.ndim == 0:
+            lam = float(lam)
+        else:
+            if lam.shape != (batch,):
+                raise ValueError(
+                    "interpolation_lambda must be a float or a per-sample tensor of shape "
+                    f"(B,) = ({batch},), got shape {tuple(lam.shape)}"
+                )
+            if not lam.is_floating_point():
+                raise TypeError(
+                    f"interpolation_lambda must be a floating tensor, got dtype {lam.dtype}"
+                )
+            if (
+                lam.device.type == "cpu"
+                and lam.numel()
+                and not bool(((lam >= 0) & (lam <= 1)).all())
+            ):
+                raise ValueError(
+                    "interpolation_lambda must be in [0, 1], got values in "
+                    f"[{float(lam.min())}, {float(lam.max())}]"
+                )
+            return lam
+    return check_probability(lam, "interpolation_lambda")
+
+
+def _mix_inputs(x: torch.Tensor, perm: torch.Tensor, lam: float | torch.Tensor) -> torch.Tensor:
+    """Deterministic core: ``(1 - λ)·x + λ·x[perm]`` with ``λ`` a float or a (B,) tensor."""
+    dtype = compute_dtype(x.dtype)
+    partner = x[perm.to(x.device)]  # advanced indexing: much faster than index_select on CPU
+    if dtype != x.dtype:
+        partner = partner.to(dtype)
+        base = x.to(dtype)
+    else:
+        base = x
+    if isinstance(lam, torch.Tensor):
+        weight = (1 - lam).to(device=x.device, dtype=dtype).view(-1, *([1] * (x.ndim - 1)))
+    else:
+        weight = 1.0 - lam
+    # partner + (1 - λ)(x - partner): one fused pass, written over the gathered copy we own.
+    return cast_result(partner.lerp_(base, weight), x.dtype)
+
+
+def _mix_labels(
+    y: torch.Tensor, perm: torch.Tensor, lam: float | torch.Tensor, n_classes: int
+) -> torch.Tensor:
+    """Deterministic core: ``(1 - λ)·onehot(y) + λ·onehot(y[perm])`` as float labels."""
+    dense = dense_labels(y, n_classes)
+    partner = dense[perm.to(dense.device)]
+    if isinstance(lam, torch.Tensor):
+        weight = (1 - lam).to(device=dense.device, dtype=dense.dtype).view(-1, 1)
+    else:
+        weight = 1.0 - lam
+    return partner.lerp_(dense, weight)
+
+
+def mixup_batch(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    interpolation_lambda: float | torch.Tensor,
+    n_classes: int,
+    indices: torch.Tensor | None = None,
+    *,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""Mix every sample with a partner from the same batch (MixUp).
+
+    With the partner permutation :math:`\pi` and coefficient :math:`\lambda`,
+
+    .. math::
+        \tilde x_i = (1 - \lambda_i)\, x_i + \lambda_i\, x_{\pi(i)}, \qquad
+        \tilde y_i = (1 - \lambda_i)\, e_{y_i} + \lambda_i\, e_{y_{\pi(i)}}
+
+    where :math:`e_c` is the one-hot vector of class :math:`c` (dense labels are used as they
+    are). :math:`\lambda` is one float for the batch or a ``(B,)`` tensor with one coefficient
+    per sample, e.g. from ``gen_interpolation_lambda(alpha, batch_size=B)``.
+
+    Args:
+        x: inputs ``(B, ...)``; floating, or integer (mixed in float32, rounded back).
+        y: class indices ``(B,)`` or dense labels ``(B, n_classes)``.
+        interpolation_lambda: :math:`\lambda` in ``[0, 1]``, a float or a ``(B,)`` tensor.
+        n_classes: number of classes (``>= 1``).
+        indices: the partner of each sample, ``(B,)`` integers in ``[0, B)``; a random
+            permutation from ``generator`` when ``None``.
+        generator: source of randomness for the permutation.
+
+    Returns:
+        ``(x_mix, y_mix, perm)``: mixed inputs (dtype and device of ``x``), mixed float labels
+        ``(B, n_classes)`` and the partner indices used.
+
+    Shape:
+        - x: :math:`(B, *)`, y: :math:`(B)` or :math:`(B, K)`
+        - x_mix: :math:`(B, *)`, y_mix: :math:`(B, K)`, perm: :math:`(B)`
+
+    Example:
+        >>> import torch, functional as F
+        >>> x, y = torch.rand(4, 3, 8, 8), torch.tensor([0, 1, 2, 3])
+        >>> g = torch.Generator().manual_seed(0)
+        >>> lam = F.gen_interpolation_lambda(0.2, generator=g)
+        >>> x_mix, y_mix, perm = F.mixup_batch(x, y, lam, n_classes=4, generator=g)
+        >>> x_mix.shape, y_mix.shape, torch.allclose(y_mix.sum(1), torch.ones(4))
+        (torch.Size([4, 3, 8, 8]), torch.Size([4, 4]), True)
+
+    Reference: Zhang et al., *mixup: Beyond Empirical Risk Minimization*, ICLR 2018.
+    """
+    check_tensor(x, "x")
+    check_tensor(y, "y")
+    if x.ndim < 1:
+        raise ValueError(f"x must have a batch dimension (B, ...), got shape {tuple(x.shape)}")
+    check_same_batch(x, y, "x", "y")
+    n_classes = check_int(n_classes, "n_classes", minimum=1)
+    check_generator(generator)
+    batch = x.shape[0]
+    lam = _check_lambda(interpolation_lambda, batch)
+    y_dense = dense_labels(y, n_classes)  # validates the labels before any work
+    if indices is None:
+        perm = random_permutation(batch, generator, x.device)
+    else:
+        perm = check_indices(indices, batch).to(x.device)
+    x_mix = _mix_inputs(x, perm, lam)
+    y_mix = _mix_labels(y_dense, perm, lam, n_classes)
+    return x_mix, y_mix, perm

@@ -1,0 +1,122 @@
+"""cutmix_batch: the pasted box, and labels weighted by the area actually pasted."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import functional as F
+from tests.functional import reference
+
+
+@pytest.mark.parametrize(
+    "box",
+    [(1, 2, 4, 5), (0, 0, 6, 5), (3, 3, 3, 5), (-2, -1, 2, 3), (4, 3, 9, 9), (0, 0, 0, 0)],
+)
+@pytest.mark.parametrize("dense", [False, True])
+def test_fixed_box_matches_reference(box, dense) -> None:
+    x = torch.randn(4, 2, 5, 6, dtype=torch.float64)
+    y = torch.tensor([0, 2, 1, 2])
+    labels = torch.nn.functional.one_hot(y, 3).double() if dense else y
+    perm = torch.tensor([2, 3, 0, 1])
+    x_mix, y_mix, used = F.cutmix_batch(x, labels, 3, indices=perm, bbox=box)
+    clipped = (max(box[0], 0), max(box[1], 0), min(box[2], 6), min(box[3], 5))
+    x_ref, y_ref = reference.cutmix(x, labels, perm.tolist(), clipped, 3)
+    assert torch.equal(used, perm)
+    assert torch.equal(x_mix, x_ref)
+    torch.testing.assert_close(y_mix.double(), y_ref)
+
+
+def test_box_is_left_top_right_bottom_with_x_along_width() -> None:
+    x = torch.zeros(2, 1, 4, 6)
+    x[1] = 1.0
+    out, _, _ = F.cutmix_batch(
+        x, torch.tensor([0, 1]), 2, indices=torch.tensor([1, 0]), bbox=(1, 0, 4, 2)
+    )
+    expected = torch.zeros(4, 6)
+    expected[0:2, 1:4] = 1.0
+    assert torch.equal(out[0, 0], expected)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_box_labels_weighted_by_the_true_pasted_area(seed) -> None:
+    # Sample i holds the value i everywhere: the output shows exactly which pixels were pasted.
+    height, width = 7, 9
+    x = torch.arange(5, dtype=torch.float32).view(5, 1, 1, 1).expand(5, 2, height, width).clone()
+    y = torch.arange(5)
+    gen = torch.Generator().manual_seed(seed)
+    x_mix, y_mix, perm = F.cutmix_batch(x, y, 5, alpha=0.7, generator=gen)
+    moved = [i for i in range(5) if perm[i] != i]  # a sample paired with itself shows nothing
+    pasted = x_mix[:, 0] != x[:, 0]
+    first = pasted[moved[0]]
+    fraction = first.float().mean().item()
+    # One box for the batch, a rectangle, the same on every channel.
+    assert all(torch.equal(first, pasted[i]) for i in moved)
+    assert torch.equal(x_mix[:, 0], x_mix[:, 1])
+    rows, cols = first.any(1).nonzero(), first.any(0).nonzero()
+    if len(rows):
+        box = torch.zeros(height, width, dtype=torch.bool)
+        box[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1] = True
+        assert torch.equal(box, first)
+    for i in moved:
+        assert y_mix[i, perm[i]].item() == pytest.approx(fraction)
+        assert y_mix[i, i].item() == pytest.approx(1 - fraction)
+    torch.testing.assert_close(y_mix.sum(1), torch.ones(5))
+
+
+def test_box_area_follows_beta_before_clipping() -> None:
+    # With alpha = 1 the kept fraction λ is uniform: the nominal box covers 1 - λ on average,
+    # the clipped one less. The mean pasted fraction must lie between the clipped extremes.
+    fractions = []
+    x, y = torch.zeros(2, 1, 40, 40), torch.tensor([0, 1])
+    x[1] = 1
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        x_mix = F.cutmix_batch(x, y, 2, indices=torch.tensor([1, 0]), generator=gen)[0]
+        fractions.append((x_mix[0] != x[0]).float().mean().item())
+    mean = sum(fractions) / len(fractions)
+    assert 0.2 < mean < 0.5
+
+
+def test_reproducible_with_generator() -> None:
+    x, y = torch.rand(8, 3, 10, 10), torch.arange(8)
+    a = F.cutmix_batch(x, y, 8, generator=torch.Generator().manual_seed(3))
+    b = F.cutmix_batch(x, y, 8, generator=torch.Generator().manual_seed(3))
+    for u, v in zip(a, b, strict=True):
+        assert torch.equal(u, v)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"alpha": 0.0}, "alpha must be a finite number > 0"),
+        ({"x": torch.rand(4, 5)}, "x must have shape \\(B, ..., H, W\\)"),
+        ({"bbox": (3, 0, 1, 2)}, "x1 <= x2"),
+        ({"y": torch.arange(5)}, "y must have the batch size"),
+        ({"x": torch.rand(4, 3, 0, 4)}, "non-empty images"),
+    ],
+)
+def test_bad_arguments_raise_value_error(kwargs, match) -> None:
+    args = {"x": torch.rand(4, 3, 6, 6), "y": torch.arange(4), "n_classes": 4}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        F.cutmix_batch(**args)
+
+
+@pytest.mark.parametrize("bbox", [(1, 2, 3), (0.5, 0, 1, 1), "1234"])
+def test_bad_bbox_type(bbox) -> None:
+    with pytest.raises(TypeError, match="bbox must be a tuple of 4 ints"):
+        F.cutmix_batch(torch.rand(2, 1, 4, 4), torch.arange(2), 2, bbox=bbox)
+
+
+@pytest.mark.parametrize("indices", [[2, 0, 1], [1, 1, 0]])
+@pytest.mark.parametrize("box", [(1, 1, 3, 3), (0, 0, 6, 4), (2, 0, 6, 5)])
+def test_permutation_and_general_indices_paths(box, indices) -> None:
+    x = torch.randn(3, 2, 5, 6, dtype=torch.float64)
+    perm = torch.tensor(indices)
+    x_mix, _, _ = F.cutmix_batch(x, torch.arange(3), 3, indices=perm, bbox=box)
+    assert torch.equal(x_mix, reference.cutmix(x, torch.arange(3), indices, box, 3)[0])
+    x.requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda t: F.cutmix_batch(t, torch.arange(3), 3, indices=perm, bbox=box)[0], (x,)
+    )

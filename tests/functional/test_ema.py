@@ -1,0 +1,281 @@
+"""ema_smoothing and compute_ema (modules, state dicts, tied weights, wrappers, DTensors)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import tempfile
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+import functional as F
+from tests.functional import reference
+
+
+def test_smoothing_formula() -> None:
+    assert F.ema_smoothing(10) == pytest.approx(math.exp(-math.log(2) / 10))
+    assert F.ema_smoothing(10, 10) == pytest.approx(0.5)
+    assert F.ema_smoothing(4, 2) == pytest.approx(2**-0.5)
+    assert F.ema_smoothing(0) == 0.0
+    assert F.ema_smoothing(math.inf) == 1.0
+    # After half_life updates the old weights' share has halved.
+    assert F.ema_smoothing(50) ** 50 == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        ((-1,), "half_life must be in"),
+        ((10, 0), "update_interval must be in"),
+        ((10, math.inf), "update_interval must be finite"),
+    ],
+)
+def test_smoothing_rejects_bad_arguments(args, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        F.ema_smoothing(*args)
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4, 2)
+        self.register_buffer("cache", torch.zeros(3), persistent=False)
+
+
+def _perturbed(model: nn.Module, seed: int = 0) -> nn.Module:
+    other = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for t in list(other.parameters()) + list(other.buffers()):
+            if t.is_floating_point():
+                t.add_(torch.randn(t.shape, generator=gen, dtype=t.dtype))
+            else:
+                t.add_(7)
+    return other
+
+
+def _state(module: nn.Module) -> dict:
+    return dict(list(module.named_parameters()) + list(module.named_buffers()))
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.5, 0.99, 1.0])
+def test_module_update_matches_reference(smoothing) -> None:
+    ema = Net()
+    model = _perturbed(ema)
+    expected = reference.ema(_state(model), _state(ema), smoothing)
+    F.compute_ema(model, ema, smoothing)
+    for name, value in _state(ema).items():
+        torch.testing.assert_close(value.double(), expected[name].double(), msg=name)
+    assert ema.bn.num_batches_tracked.item() == model.bn.num_batches_tracked.item()
+    assert not any(p.requires_grad is False for p in ema.parameters())  # flags untouched
+
+
+def test_real_resnet_matches_reference() -> None:
+    ema = torchvision.models.resnet18(num_classes=10)
+    model = _perturbed(ema)
+    expected = reference.ema(_state(model), _state(ema), 0.9)
+    F.compute_ema(model, ema, 0.9)
+    for name, value in _state(ema).items():
+        torch.testing.assert_close(value.double(), expected[name].double(), msg=name)
+
+
+def test_state_dict_is_updated_in_place() -> None:
+    ema = Net()
+    model = _perturbed(ema)
+    expected = reference.ema(_state(model), _state(ema), 0.8)
+    F.compute_ema(model, ema.state_dict(), 0.8)  # aliases ema's tensors
+    for name, value in _state(ema).items():
+        if name != "cache":  # non-persistent: not in the state dict, skipped
+            torch.testing.assert_close(value.double(), expected[name].double(), msg=name)
+    assert torch.equal(ema.cache, torch.zeros(3))
+
+
+def test_dict_of_cloned_tensors_and_other_dtype_and_device() -> None:
+    model = Net().to(torch.bfloat16)
+    ema = {k: v.float().clone() for k, v in model.state_dict().items()}
+    ema["bn.num_batches_tracked"] = model.bn.num_batches_tracked.clone()
+    snapshot = {k: v.clone() for k, v in ema.items()}
+    with torch.no_grad():
+        model.fc.weight.add_(1.0)
+    F.compute_ema(model, ema, 0.75)
+    assert ema["fc.weight"].dtype == torch.float32
+    expected = 0.75 * snapshot["fc.weight"] + 0.25 * model.fc.weight.float()
+    torch.testing.assert_close(ema["fc.weight"], expected)
+
+
+def test_tied_weights_are_averaged_once() -> None:
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(5, 3)
+            self.head = nn.Linear(3, 5, bias=False)
+            self.head.weight = self.embed.weight
+
+    ema = Tied()
+    model = _perturbed(ema)
+    assert model.head.weight is model.embed.weight
+    expected = 0.5 * ema.embed.weight + 0.5 * model.embed.weight
+    F.compute_ema(model, ema, 0.5)
+    torch.testing.assert_close(ema.embed.weight, expected)
+    # A dict of clones holds the tied weight under both names, as separate tensors: both move.
+    ema2 = {k: v.clone() for k, v in Tied().state_dict().items()}
+    F.compute_ema(model, ema2, 0.0)
+    assert torch.equal(ema2["head.weight"], model.embed.weight) and torch.equal(
+        ema2["embed.weight"], model.embed.weight
+    )
+
+
+def test_repeated_updates_follow_changes_to_either_side() -> None:
+    # compute_ema reuses its checked pairing while nothing changes: every change must show.
+    ema = Net()
+    model = _perturbed(ema)
+    for _ in range(2):
+        expected = reference.ema(_state(model), _state(ema), 0.5)
+        F.compute_ema(model, ema, 0.5)
+        torch.testing.assert_close(ema.fc.weight.double(), expected["fc.weight"])
+    model.fc.weight = nn.Parameter(torch.ones(2, 4))  # a new parameter object
+    before = ema.fc.weight.detach().clone()
+    F.compute_ema(model, ema, 0.5)
+    torch.testing.assert_close(ema.fc.weight, 0.5 * before + 0.5)
+    with torch.no_grad():
+        model.fc.weight.data = torch.full((2, 4), 3.0)  # a .data swap keeps the object
+    before = ema.fc.weight.detach().clone()
+    F.compute_ema(model, ema, 0.5)
+    torch.testing.assert_close(ema.fc.weight, 0.5 * before + 1.5)
+    model.double()
+    ema.double()
+    before = ema.fc.weight.detach().clone()
+    F.compute_ema(model, ema, 0.5)
+    assert ema.fc.weight.dtype == torch.float64
+    torch.testing.assert_close(ema.fc.weight, 0.5 * before + 1.5)
+    # A dict EMA whose entry is replaced by a new tensor.
+    state = {k: v.clone() for k, v in ema.state_dict().items()}
+    F.compute_ema(model, state, 0.5)
+    state["fc.weight"] = torch.zeros(2, 4, dtype=torch.float64)
+    F.compute_ema(model, state, 0.5)
+    torch.testing.assert_close(state["fc.weight"], torch.full((2, 4), 1.5, dtype=torch.float64))
+    # A fresh EMA module after the old one is gone.
+    del ema
+    fresh = copy.deepcopy(model)
+    with torch.no_grad():
+        fresh.fc.weight.zero_()
+    F.compute_ema(model, fresh, 0.5)
+    torch.testing.assert_close(fresh.fc.weight, torch.full((2, 4), 1.5, dtype=torch.float64))
+
+
+def test_one_fused_lerp_per_device_and_dtype(monkeypatch) -> None:
+    calls = []
+    original = torch._foreach_lerp_
+
+    def spy(tensors, others, weight):
+        calls.append({t.dtype for t in tensors})
+        return original(tensors, others, weight)
+
+    monkeypatch.setattr(torch, "_foreach_lerp_", spy)
+    ema = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3).double(), nn.BatchNorm1d(3))
+    F.compute_ema(_perturbed(ema), ema, 0.9)
+    assert sorted(calls, key=str) == sorted([{torch.float32}, {torch.float64}], key=str)
+
+
+def test_compiled_wrapper_is_unwrapped() -> None:
+    ema = Net()
+    model = _perturbed(ema)
+    expected = reference.ema(_state(model), _state(ema), 0.5)
+    F.compute_ema(torch.compile(model), ema, 0.5)  # building the wrapper compiles nothing
+    torch.testing.assert_close(ema.fc.weight.double(), expected["fc.weight"])
+
+
+def test_different_module_trees_with_the_same_tensor_names() -> None:
+    # An extra tensor-free module, and a tensor held as a buffer instead of a parameter: the
+    # tensors still match by name.
+    model = nn.Sequential(nn.Linear(2, 2))
+    ema = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    bias = ema[0].bias.detach().clone()
+    del ema[0].bias
+    ema[0].register_buffer("bias", bias)
+    with pytest.raises(ValueError, match="missing from ema_model"):
+        F.compute_ema(model, nn.Sequential(nn.ReLU(), nn.Linear(2, 2)))
+    expected = 0.5 * ema[0].bias + 0.5 * model[0].bias
+    F.compute_ema(model, ema, 0.5)
+    torch.testing.assert_close(ema[0].bias, expected)
+
+
+@pytest.mark.parametrize(
+    "ema_model,error,match",
+    [
+        (nn.Linear(3, 3), ValueError, "missing from ema_model"),
+        ({"conv.weight": torch.zeros(4, 3, 3, 3)}, ValueError, "missing from ema_model"),
+        ("weights", TypeError, "ema_model must be an nn.Module or a mapping"),
+    ],
+)
+def test_mismatches_raise(ema_model, error, match) -> None:
+    with pytest.raises(error, match=match):
+        F.compute_ema(Net(), ema_model)
+
+
+def test_shape_mismatch_and_bad_smoothing() -> None:
+    model = Net()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state["fc.weight"] = torch.zeros(3, 4)
+    with pytest.raises(ValueError, match=r"'fc\.weight' has shape"):
+        F.compute_ema(model, state)
+    with pytest.raises(ValueError, match="smoothing must be in"):
+        F.compute_ema(model, copy.deepcopy(model), 1.5)
+    extra = dict(model.state_dict(), stray=torch.zeros(1))
+    with pytest.raises(ValueError, match="not in model: \\['stray'\\]"):
+        F.compute_ema(model, extra)
+
+
+@pytest.mark.distributed
+def test_ddp_and_fsdp2_sharded_models_update_local_shards() -> None:
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available() or dist.is_initialized():
+        pytest.skip("needs a fresh single-process gloo group")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    def build() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))
+
+    with tempfile.NamedTemporaryFile() as store:
+        dist.init_process_group("gloo", init_method=f"file://{store.name}", rank=0, world_size=1)
+        try:
+            # DistributedDataParallel on both sides: the inner modules are used.
+            ema = build()
+            model = _perturbed(ema)
+            expected = reference.ema(_state(model), _state(ema), 0.9)
+            ddp_model = nn.parallel.DistributedDataParallel(model)
+            ddp_ema = nn.parallel.DistributedDataParallel(ema)
+            F.compute_ema(ddp_model, ddp_ema, 0.9)
+            for name, value in _state(ema).items():
+                torch.testing.assert_close(value.double(), expected[name].double(), msg=name)
+            # A state dict saved from the DDP wrapper has 'module.' keys.
+            F.compute_ema(ddp_model, ddp_ema.state_dict(), 1.0)
+
+            # FSDP2: parameters are DTensors; each rank lerps its local shard, in place.
+            mesh = init_device_mesh("cpu", (1,))
+            ema = build()
+            model = _perturbed(ema)
+            expected = reference.ema(_state(model), _state(ema), 0.9)
+            fully_shard(model, mesh=mesh)
+            fully_shard(ema, mesh=mesh)
+            assert isinstance(ema[0].weight, DTensor)
+            F.compute_ema(model, ema, 0.9)
+            for name, value in _state(ema).items():
+                local = value.to_local() if isinstance(value, DTensor) else value
+                torch.testing.assert_close(local.double(), expected[name].double(), msg=name)
+            # The sharded EMA's state dict (DTensors) is updated in place too.
+            F.compute_ema(model, ema.state_dict(), 0.0)
+            torch.testing.assert_close(ema[0].weight.to_local(), model[0].weight.to_local())
+            # Mixing a sharded model with a plain EMA is refused with advice.
+            with pytest.raises(TypeError, match="shard both the same way"):
+                F.compute_ema(model, build(), 0.5)
+        finally:
+            dist.destroy_process_group()

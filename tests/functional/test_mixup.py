@@ -1,0 +1,139 @@
+"""gen_interpolation_lambda and mixup_batch, against the reference loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import functional as F
+from tests.functional import reference
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.2, 1.0, 4.0])
+def test_lambda_follows_beta_alpha_alpha(alpha) -> None:
+    lam = F.gen_interpolation_lambda(alpha, batch_size=20_000, generator=_gen())
+    assert lam.dtype == torch.float32 and lam.shape == (20_000,)
+    assert bool(((lam >= 0) & (lam <= 1)).all())
+    assert not lam.isnan().any()
+    # Beta(a, a): mean 1/2, variance 1 / (4 (2a + 1)).
+    assert abs(lam.mean().item() - 0.5) < 0.02
+    assert abs(lam.var().item() - 1 / (4 * (2 * alpha + 1))) < 0.01
+
+
+def test_lambda_scalar_is_reproducible_float() -> None:
+    a = F.gen_interpolation_lambda(0.2, generator=_gen(5))
+    b = F.gen_interpolation_lambda(0.2, generator=_gen(5))
+    assert isinstance(a, float) and a == b and 0.0 <= a <= 1.0
+    assert F.gen_interpolation_lambda(0.0) == 0.0
+
+
+@pytest.mark.parametrize(
+    "alpha,error", [(-0.1, ValueError), (float("inf"), ValueError), ("1", TypeError)]
+)
+def test_lambda_rejects_bad_alpha(alpha, error) -> None:
+    with pytest.raises(error, match="alpha"):
+        F.gen_interpolation_lambda(alpha)
+
+
+@pytest.mark.parametrize("dense", [False, True])
+@pytest.mark.parametrize("per_sample", [False, True])
+def test_mixup_matches_reference(dense, per_sample) -> None:
+    x = torch.randn(6, 3, 4, 5, dtype=torch.float64)
+    y = torch.tensor([0, 3, 1, 2, 3, 0])
+    labels = torch.nn.functional.one_hot(y, 4).double() * 0.9 + 0.025 if dense else y
+    lam = torch.linspace(0, 1, 6, dtype=torch.float64) if per_sample else 0.3
+    perm = torch.tensor([5, 0, 1, 3, 2, 4])
+    x_mix, y_mix, used = F.mixup_batch(x, labels, lam, 4, indices=perm)
+    lams = lam.tolist() if per_sample else [lam] * 6
+    x_ref, y_ref = reference.mixup(x, labels, lams, perm.tolist(), 4)
+    assert torch.equal(used, perm)
+    torch.testing.assert_close(x_mix, x_ref)
+    torch.testing.assert_close(y_mix.double(), y_ref)
+    assert y_mix.is_floating_point()
+
+
+def test_random_permutation_is_reproducible_and_a_permutation() -> None:
+    x, y = torch.rand(16, 3), torch.arange(16) % 4
+    _, _, p1 = F.mixup_batch(x, y, 0.5, 4, generator=_gen(1))
+    _, _, p2 = F.mixup_batch(x, y, 0.5, 4, generator=_gen(1))
+    assert torch.equal(p1, p2)
+    assert sorted(p1.tolist()) == list(range(16))
+
+
+def test_endpoints_are_exact() -> None:
+    x, y = torch.rand(5, 7), torch.arange(5)
+    perm = torch.tensor([4, 3, 2, 1, 0])
+    assert torch.equal(F.mixup_batch(x, y, 0.0, 5, indices=perm)[0], x)
+    assert torch.equal(F.mixup_batch(x, y, 1.0, 5, indices=perm)[0], x[perm])
+
+
+def test_uint8_images_are_mixed_and_rounded() -> None:
+    x = torch.randint(0, 256, (4, 3, 5, 5), dtype=torch.uint8)
+    perm = torch.tensor([1, 2, 3, 0])
+    out, _, _ = F.mixup_batch(x, torch.arange(4), 0.25, 4, indices=perm)
+    expected = torch.lerp(x.float(), x[perm].float(), 0.25).round().to(torch.uint8)
+    assert torch.equal(out, expected)
+
+
+def test_per_sample_lambda_mixes_each_row_by_its_own_weight() -> None:
+    x = torch.stack([torch.zeros(3), torch.ones(3)])
+    lam = torch.tensor([0.25, 0.5])
+    out, y_mix, _ = F.mixup_batch(x, torch.tensor([0, 1]), lam, 2, indices=torch.tensor([1, 0]))
+    torch.testing.assert_close(out, torch.tensor([[0.25] * 3, [0.5] * 3]))
+    torch.testing.assert_close(y_mix, torch.tensor([[0.75, 0.25], [0.5, 0.5]]))
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"interpolation_lambda": 1.5}, "interpolation_lambda must be in"),
+        (
+            {"interpolation_lambda": torch.tensor([0.5, 2.0, 0.1, 0.1])},
+            "interpolation_lambda must be in",
+        ),
+        ({"interpolation_lambda": torch.rand(3)}, "shape \\(B,\\)"),
+        ({"y": torch.arange(3)}, "y must have the batch size"),
+        ({"y": torch.tensor([0, 1, 2, 9])}, "class indices in \\[0, 4\\)"),
+        ({"y": torch.tensor([0, -1, 2, 3])}, "class indices"),
+        ({"y": torch.rand(4, 3)}, "n_classes=4 columns"),
+        ({"n_classes": 0}, "n_classes must be >= 1"),
+        ({"indices": torch.tensor([0, 1, 2])}, "indices must have shape"),
+        ({"indices": torch.tensor([0, 1, 2, 4])}, "batch positions in \\[0, 4\\)"),
+    ],
+)
+def test_bad_arguments_raise_value_error(kwargs, match) -> None:
+    args = {
+        "x": torch.rand(4, 3),
+        "y": torch.arange(4),
+        "interpolation_lambda": 0.3,
+        "n_classes": 4,
+    }
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        F.mixup_batch(**args)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"x": [1.0]}, "x must be a torch.Tensor"),
+        ({"y": torch.rand(4)}, "integer class indices"),
+        ({"indices": torch.rand(4)}, "indices must be an integer tensor"),
+        ({"generator": 0}, "generator must be a torch.Generator"),
+        ({"interpolation_lambda": "0.5"}, "interpolation_lambda must be a real number"),
+    ],
+)
+def test_bad_types_raise_type_error(kwargs, match) -> None:
+    args = {
+        "x": torch.rand(4, 3),
+        "y": torch.arange(4),
+        "interpolation_lambda": 0.3,
+        "n_classes": 4,
+    }
+    args.update(kwargs)
+    with pytest.raises(TypeError, match=match):
+        F.mixup_batch(**args)

@@ -1,0 +1,145 @@
+"""progressive_resizing_scale and resize_inputs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import functional as F
+
+
+def test_scale_schedule_values() -> None:
+    assert F.progressive_resizing_scale(0.0) == 0.5
+    assert F.progressive_resizing_scale(0.4) == pytest.approx(0.75)
+    assert F.progressive_resizing_scale(0.8) == 1.0
+    assert F.progressive_resizing_scale(1.0) == 1.0
+    assert F.progressive_resizing_scale(
+        0.5, initial_scale=0.2, finetune_fraction=0.0
+    ) == pytest.approx(0.6)
+    assert F.progressive_resizing_scale(0.0, initial_scale=0.3, finetune_fraction=1.0) == 1.0
+    assert F.progressive_resizing_scale(0.3, initial_scale=1.0) == 1.0
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"progress": 1.5}, "progress must be in"),
+        ({"initial_scale": 0.0}, "initial_scale must be in \\(0.0, 1.0\\]"),
+        ({"initial_scale": 1.2}, "initial_scale"),
+        ({"finetune_fraction": -0.1}, "finetune_fraction must be in"),
+    ],
+)
+def test_scale_schedule_rejects_bad_arguments(kwargs, match) -> None:
+    args = {"progress": 0.5}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        F.progressive_resizing_scale(**args)
+
+
+@pytest.mark.parametrize("mode", ["resize", "crop"])
+@pytest.mark.parametrize(
+    "height,width,scale",
+    [(224, 224, 0.5), (100, 37, 0.29), (10, 10, 0.7), (33, 65, 0.999), (5, 7, 0.2)],
+)
+def test_output_size_is_floor_of_size_times_scale(mode, height, width, scale) -> None:
+    X = torch.rand(2, 3, height, width)
+    out, _ = F.resize_inputs(X, torch.arange(2), scale, mode)
+    assert out.shape == (2, 3, math.floor(height * scale), math.floor(width * scale))
+
+
+def test_resize_is_bilinear_interpolation_at_the_requested_scale() -> None:
+    X = torch.rand(3, 2, 20, 15, dtype=torch.float64)
+    out, y = F.resize_inputs(X, torch.arange(3), 0.45)
+    expected = torch.nn.functional.interpolate(
+        X, scale_factor=0.45, mode="bilinear", align_corners=False, recompute_scale_factor=False
+    )
+    torch.testing.assert_close(out, expected)
+    assert torch.equal(y, torch.arange(3))
+
+
+def test_resize_targets_float_bilinear_and_integer_nearest() -> None:
+    X = torch.rand(2, 3, 16, 16)
+    dense = torch.rand(2, 4, 16, 16)
+    _, dense_out = F.resize_inputs(X, dense, 0.5, resize_targets=True)
+    torch.testing.assert_close(dense_out, F.resize_inputs(dense, torch.arange(2), 0.5)[0])
+    masks = torch.randint(0, 5, (2, 16, 16))
+    _, mask_out = F.resize_inputs(X, masks, 0.5, resize_targets=True)
+    assert mask_out.shape == (2, 8, 8) and mask_out.dtype == torch.long
+    assert set(mask_out.unique().tolist()) <= set(masks.unique().tolist())
+    assert torch.equal(mask_out, masks[:, ::2, ::2])  # nearest at scale 1/2
+
+
+def test_uint8_images_are_interpolated_and_rounded() -> None:
+    X = torch.randint(0, 256, (2, 3, 12, 12), dtype=torch.uint8)
+    out, _ = F.resize_inputs(X, torch.arange(2), 0.5)
+    expected = F.resize_inputs(X.float(), torch.arange(2), 0.5)[0].round().to(torch.uint8)
+    assert out.dtype == torch.uint8 and torch.equal(out, expected)
+
+
+def test_crop_takes_one_window_and_the_targets_at_the_same_window() -> None:
+    height, width = 12, 10
+    X = (
+        (torch.arange(height).view(-1, 1) * 100 + torch.arange(width))
+        .expand(2, 3, height, width)
+        .clone()
+    )
+    y = X[:, 0].clone() + 7
+    tops, lefts = set(), set()
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        Xc, yc = F.resize_inputs(X, y, 0.5, "crop", resize_targets=True, generator=gen)
+        top, left = int(Xc[0, 0, 0, 0]) // 100, int(Xc[0, 0, 0, 0]) % 100
+        assert torch.equal(Xc, X[..., top : top + 6, left : left + 5])
+        assert torch.equal(yc, y[..., top : top + 6, left : left + 5])
+        tops.add(top)
+        lefts.add(left)
+    assert tops == set(range(7)) and lefts == set(range(6))  # every valid window position
+
+
+def test_crop_returns_a_copy() -> None:
+    X = torch.rand(2, 3, 8, 8)
+    Xc, _ = F.resize_inputs(X, torch.arange(2), 0.5, "crop")
+    Xc.zero_()
+    assert X.abs().sum() > 0
+
+
+def test_no_change_returns_the_inputs() -> None:
+    X, y = torch.rand(2, 3, 8, 8), torch.arange(2)
+    out, y_out = F.resize_inputs(X, y, 1.0, "crop")
+    assert out is X and y_out is y
+
+
+def test_resize_may_upsample() -> None:
+    out, _ = F.resize_inputs(torch.rand(1, 1, 4, 6), torch.zeros(1), 1.5)
+    assert out.shape == (1, 1, 6, 9)
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"mode": "bilinear"}, ValueError, "mode must be one of 'resize', 'crop'"),
+        ({"scale_factor": 0.0}, ValueError, "scale_factor must be a finite number > 0"),
+        (
+            {"scale_factor": 1.5, "mode": "crop"},
+            ValueError,
+            "scale_factor must be in \\(0.0, 1.0\\]",
+        ),
+        ({"scale_factor": 0.05}, ValueError, "shrinks the 8x8 images to nothing"),
+        ({"X": torch.rand(3, 8, 8)}, ValueError, "X must have 4 dimensions"),
+        ({"y": torch.rand(2, 3, 7, 8), "resize_targets": True}, ValueError, "spatial size of X"),
+        (
+            {"y": torch.arange(2), "resize_targets": True},
+            ValueError,
+            "y must have 3 or 4 dimensions",
+        ),
+        ({"y": torch.rand(3, 8, 8), "resize_targets": True}, ValueError, "batch size"),
+        ({"resize_targets": "yes"}, TypeError, "resize_targets must be a bool"),
+    ],
+)
+def test_bad_arguments(kwargs, error, match) -> None:
+    args = {"X": torch.rand(2, 3, 8, 8), "y": torch.arange(2), "scale_factor": 0.5}
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        F.resize_inputs(**args)

@@ -1,0 +1,168 @@
+"""should_selective_backprop and select_using_loss."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import functional as F
+
+
+@pytest.mark.parametrize(
+    "duration,start,end",
+    list(itertools.product([0.0, 0.3, 0.5, 0.7, 0.9, 1.0], [0.0, 0.5], [0.5, 0.9, 1.0])),
+)
+@pytest.mark.parametrize("interrupt", [0, 1, 2, 3])
+def test_should_selective_backprop_truth_table(duration, start, end, interrupt) -> None:
+    for batch_idx in range(7):
+        expected = start <= duration < end and (interrupt == 0 or (batch_idx + 1) % interrupt != 0)
+        assert F.should_selective_backprop(duration, batch_idx, start, end, interrupt) is expected
+
+
+@pytest.mark.parametrize(
+    "args,error,match",
+    [
+        ((1.5, 0, 0.5, 0.9, 2), ValueError, "current_duration must be in"),
+        ((0.5, -1, 0.5, 0.9, 2), ValueError, "batch_idx must be >= 0"),
+        ((0.5, 0, 0.9, 0.5, 2), ValueError, "end must be >= start"),
+        ((0.5, 0, 0.5, 0.9, -2), ValueError, "interrupt must be >= 0"),
+        ((0.5, 0, 0.5, 0.9, 2.0), TypeError, "interrupt must be an int"),
+    ],
+)
+def test_should_selective_backprop_rejects_bad_arguments(args, error, match) -> None:
+    with pytest.raises(error, match=match):
+        F.should_selective_backprop(*args)
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.drop = nn.Dropout(0.5)
+        self.fc = nn.Linear(4, 3)
+        self.shapes: list[tuple[int, ...]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.shapes.append(tuple(x.shape))
+        return self.fc(self.drop(self.bn(self.conv(x)).relu().mean((2, 3))))
+
+
+def _batch(n: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    return torch.randn(n, 3, 8, 8, generator=gen), torch.randint(0, 3, (n,), generator=gen)
+
+
+@pytest.mark.parametrize("keep", [0.0, 0.1, 0.25, 0.5, 0.77, 1.0])
+def test_returns_exactly_int_b_keep_matching_rows(keep) -> None:
+    X, y = _batch(13)
+    X_sel, y_sel = F.select_using_loss(X, y, Net(), nn.functional.cross_entropy, keep)
+    n = int(13 * keep)
+    assert X_sel.shape == (n, 3, 8, 8) and y_sel.shape == (n,)
+    # Each row is one original (X, y) pair, no row twice, in batch order.
+    rows = [next(i for i in range(13) if torch.equal(X[i], row)) for row in X_sel]
+    assert rows == sorted(set(rows))
+    assert torch.equal(y_sel, y[rows])
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_model_state_is_untouched(training) -> None:
+    model = Net().train(training)
+    with torch.no_grad():
+        model.bn.running_mean.uniform_()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    X, y = _batch()
+    X.requires_grad_()
+    X_sel, _ = F.select_using_loss(X, y, model, nn.functional.cross_entropy, 0.5)
+    assert model.training is training and model.drop.training is training
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert all(p.grad is None for p in model.parameters())
+    assert X.grad is None
+    assert X_sel.shape[0] == 8
+
+
+def test_probability_of_selection_matches_sampling_without_replacement() -> None:
+    # A loss equal to the target makes the ranking known: sample i has rank i.
+    n, keep, draws = 8, 0.5, 4000
+    X, y = torch.arange(n, dtype=torch.float32).view(n, 1), torch.arange(n)
+
+    def loss_fun(output, target, reduction="mean"):
+        assert reduction == "none"
+        return target.float()
+
+    gen = torch.Generator().manual_seed(0)
+    counts = np.zeros(n)
+    for _ in range(draws):
+        X_sel, _ = F.select_using_loss(X, y, nn.Identity(), loss_fun, keep, generator=gen)
+        counts[X_sel.view(-1).long().numpy()] += 1
+    # Oracle: NumPy's sequential draw without replacement with the same weights.
+    weights = ((np.arange(n) + 0.5) / n) ** (1 / keep - 1)
+    rng = np.random.default_rng(0)
+    oracle = np.zeros(n)
+    for _ in range(draws):
+        oracle[rng.choice(n, int(n * keep), replace=False, p=weights / weights.sum())] += 1
+    assert np.all(np.diff(counts) > 0)  # rises with the loss
+    np.testing.assert_allclose(counts / draws, oracle / draws, atol=0.04)
+
+
+def test_keep_one_selects_everything_in_order() -> None:
+    X, y = _batch(6)
+    X_sel, y_sel = F.select_using_loss(X, y, Net(), nn.functional.cross_entropy, 1.0)
+    assert torch.equal(X_sel, X) and torch.equal(y_sel, y)
+
+
+def test_scale_factor_scores_a_downsampled_copy() -> None:
+    model = Net()
+    X, y = _batch()
+    X_sel, _ = F.select_using_loss(X, y, model, nn.functional.cross_entropy, 0.5, scale_factor=0.5)
+    assert model.shapes == [(16, 3, 4, 4)]
+    assert X_sel.shape == (8, 3, 8, 8)
+
+
+def test_reproducible_with_generator() -> None:
+    X, y = _batch()
+    model = Net().eval()
+    a = F.select_using_loss(
+        X, y, model, nn.functional.cross_entropy, 0.5, generator=torch.Generator().manual_seed(1)
+    )
+    b = F.select_using_loss(
+        X, y, model, nn.functional.cross_entropy, 0.5, generator=torch.Generator().manual_seed(1)
+    )
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"keep": 1.5}, ValueError, "keep must be in \\[0.0, 1.0\\]"),
+        ({"scale_factor": 1.5}, ValueError, "scale_factor must be in \\(0.0, 1.0\\]"),
+        ({"y": torch.arange(3)}, ValueError, "y must have the batch size"),
+        ({"loss_fun": lambda out, y: out.sum()}, TypeError, "must accept a `reduction` keyword"),
+        ({"loss_fun": "ce"}, TypeError, "loss_fun must be callable"),
+        ({"loss_fun": lambda out, y, reduction: out.sum()}, ValueError, "one loss per sample"),
+        ({"model": lambda x: x}, TypeError, "model must be an nn.Module"),
+    ],
+)
+def test_bad_arguments(kwargs, error, match) -> None:
+    X, y = _batch(4)
+    args = {"X": X, "y": y, "model": Net(), "loss_fun": nn.functional.cross_entropy, "keep": 0.5}
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        F.select_using_loss(**args)
+
+
+def test_scale_factor_needs_spatial_inputs() -> None:
+    with pytest.raises(ValueError, match="spatial dims"):
+        F.select_using_loss(
+            torch.randn(4, 5),
+            torch.arange(4) % 3,
+            nn.Linear(5, 3),
+            nn.functional.cross_entropy,
+            0.5,
+            0.5,
+        )
