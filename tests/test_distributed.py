@@ -217,7 +217,7 @@ def scenario_sam_under_ddp(rank: int, world_size: int) -> None:
             return loss
 
         ref_opt.step(ref_closure)
-    for p, q in zip(model.parameters(), reference.parameters()):
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
@@ -329,10 +329,84 @@ def scenario_layer_freezing_under_ddp(rank: int, world_size: int) -> None:
             for t in snapshot:
                 dist.broadcast(t, src=0)
     assert n_frozen == 3 and snapshot is not None
-    for before, after in zip(snapshot, first_two()):
+    for before, after in zip(snapshot, first_two(), strict=True):
         assert torch.equal(before, after)  # frozen weights and statistics no longer move
     assert_identical_across_ranks(model.parameters())
     assert_identical_across_ranks(model[1].buffers(), "frozen BatchNorm statistics")
+
+
+def scenario_ema_of_a_ddp_model(rank: int, world_size: int) -> None:
+    """compute_ema through the DDP wrapper (its .module): the averages agree on every rank."""
+    import copy
+
+    import functional as F
+
+    model = small_cnn()
+    ema = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    for step in range(3):
+        x, y = rank_batch(rank, step)
+        opt.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+        expected = [0.9 * e + 0.1 * m for e, m in zip(ema.parameters(), model.parameters(), strict=True)]
+        F.compute_ema(ddp, ema, smoothing=0.9)
+        for got, want in zip(ema.parameters(), expected, strict=True):
+            torch.testing.assert_close(got, want)
+    assert_identical_across_ranks(ema.parameters(), "EMA parameters")
+
+
+def _fully_shard():
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import fully_shard
+    return fully_shard
+
+
+def scenario_ema_of_an_fsdp2_model(rank: int, world_size: int) -> None:
+    """compute_ema on fully_shard models: each rank updates its own shards, no all-gather."""
+    import copy
+
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import functional as F
+
+    fully_shard = _fully_shard()
+    mesh = init_device_mesh("cpu", (world_size,))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+    ema = copy.deepcopy(model)
+    for m in (model, ema):
+        for layer in m[::2]:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(m, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(2):
+        gen = torch.Generator().manual_seed(100 * rank + step)
+        x, y = torch.randn(6, 8, generator=gen), torch.randint(0, 4, (6,), generator=gen)
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    full = lambda m: [p.full_tensor().clone() for p in m.parameters()]  # noqa: E731
+    expected = [0.75 * e + 0.25 * m for e, m in zip(full(ema), full(model), strict=True)]
+    local_before = [p.to_local().clone() for p in ema.parameters()]
+
+    def no_gathering(*args, **kwargs):
+        raise AssertionError("compute_ema must not gather the sharded model")
+
+    saved = (dist.all_gather_into_tensor, dist.all_gather, dist.broadcast)
+    dist.all_gather_into_tensor = dist.all_gather = dist.broadcast = no_gathering
+    try:
+        F.compute_ema(model, ema, smoothing=0.75)
+    finally:
+        dist.all_gather_into_tensor, dist.all_gather, dist.broadcast = saved
+    for got, want in zip(full(ema), expected, strict=True):
+        torch.testing.assert_close(got, want)
+    for p, before in zip(ema.parameters(), local_before, strict=True):
+        assert p.to_local().shape == before.shape  # still sharded, shards updated in place
 
 
 SCENARIOS = [
@@ -342,6 +416,9 @@ SCENARIOS = [
     scenario_stochastic_depth_independent,
     scenario_ghost_batchnorm_local_batches,
     scenario_layer_freezing_under_ddp,
+    scenario_selective_backprop_local_batches,
+    scenario_ema_of_a_ddp_model,
+    scenario_ema_of_an_fsdp2_model,
 ]
 
 
