@@ -291,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=Path("demo_out/accuracy_vs_time.png"))
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--train-limit", type=int, default=None, help=argparse.SUPPRESS)  # smoke tests
     args = parser.parse_args(argv)
     recipe = tuple(a for a in args.recipe.split(",") if a)
     unknown = [a for a in recipe if a not in ALGORITHMS]
@@ -300,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
 
     data = load_digits_tensors()
+    if args.train_limit:
+        data = (data[0][: args.train_limit], data[1][: args.train_limit], *data[2:])
     print(f"digits: {len(data[1])} train / {len(data[3])} test images, 32x32; device {args.device}; "
           f"recipe: {', '.join(recipe)}")
     common = dict(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, device=args.device,
