@@ -80,5 +80,5 @@ def test_fill_missing_entries_uses_current_values():
 def test_validation():
     with pytest.raises(TypeError, match="state_dict must be a mapping"):
         remap_state_dict([1], small_net())
-    with pytest.raises(TypeError, match="model must be an nn.Module"):
+    with pytest.raises(TypeError, match=r"model must be an nn\.Module"):
         remap_state_dict({}, "model")

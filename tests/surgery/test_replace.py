@@ -278,13 +278,13 @@ class TestRefusals:
     def test_policies_must_be_a_mapping_of_module_classes(self):
         with pytest.raises(TypeError, match="policies must be a mapping"):
             replace_module_classes(small_net(), [(nn.ReLU, lambda m, i: None)])
-        with pytest.raises(TypeError, match="keys must be nn.Module subclasses"):
+        with pytest.raises(TypeError, match=r"keys must be nn\.Module subclasses"):
             replace_module_classes(small_net(), {int: lambda m, i: None})
         with pytest.raises(TypeError, match="must be callable"):
             replace_module_classes(small_net(), {nn.ReLU: "gelu"})
 
     def test_model_must_be_a_module(self):
-        with pytest.raises(TypeError, match="model must be an nn.Module"):
+        with pytest.raises(TypeError, match=r"model must be an nn\.Module"):
             replace_module_classes("resnet", {nn.ReLU: lambda m, i: None})
 
     def test_optimizers_type_checked(self):
