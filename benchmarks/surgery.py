@@ -31,7 +31,10 @@ def ghost_like(module: nn.Module, index: int) -> nn.Module | None:
 
 def synthetic(blocks: int) -> nn.Module:
     return nn.Sequential(
-        *[nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()) for _ in range(blocks)]
+        *[
+            nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+            for _ in range(blocks)
+        ]
     )
 
 
@@ -44,13 +47,18 @@ def run(*, quick: bool = False, device: str = "cpu") -> list[Table]:
         "synthetic, 2,000 conv-bn blocks": lambda: synthetic(2000),
     }
     if quick:
-        cases = {"torchvision resnet18": lambda: torchvision.models.resnet18(), "synthetic, 100 blocks": lambda: synthetic(100)}
+        cases = {
+            "torchvision resnet18": lambda: torchvision.models.resnet18(),
+            "synthetic, 100 blocks": lambda: synthetic(100),
+        }
     table = Table(
         "Surgery: BatchNorm2d -> new module, SGD optimizer kept consistent",
         ["model", "modules replaced", "ours (ms)", "Composer (ms)", "Composer / ours"],
     )
     if composer_surgery is None:
-        table.notes.append("Composer not installed (../shared/tools/install_peers.sh .peers): its column is empty")
+        table.notes.append(
+            "Composer not installed (../shared/tools/install_peers.sh .peers): its column is empty"
+        )
     for label, build in cases.items():
 
         def setup(build=build):
@@ -58,14 +66,18 @@ def run(*, quick: bool = False, device: str = "cpu") -> list[Table]:
             return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
         candidates = {
-            "ours": lambda mo: surgery.replace_module_classes(mo[0], {nn.BatchNorm2d: ghost_like}, optimizers=mo[1])
+            "ours": lambda mo: surgery.replace_module_classes(
+                mo[0], {nn.BatchNorm2d: ghost_like}, optimizers=mo[1]
+            )
         }
         if composer_surgery is not None:
             candidates["composer"] = lambda mo: composer_surgery.replace_module_classes(
                 mo[0], {nn.BatchNorm2d: ghost_like}, optimizers=mo[1]
             )
         repeats = 3 if quick else 5
-        times = time_interleaved(candidates, repeats=repeats, warmup=0 if quick else 1, setup=setup, device=device)
+        times = time_interleaved(
+            candidates, repeats=repeats, warmup=0 if quick else 1, setup=setup, device=device
+        )
         n = surgery.count_module_instances(build(), nn.BatchNorm2d)
         composer_time = times.get("composer")
         table.add(
@@ -75,7 +87,9 @@ def run(*, quick: bool = False, device: str = "cpu") -> list[Table]:
             None if composer_time is None else composer_time * 1e3,
             ratio(composer_time, times["ours"]),
         )
-    table.notes.append("Targets: no slower than Composer on resnet152, >= 2x faster on the 2,000-block model.")
+    table.notes.append(
+        "Targets: no slower than Composer on resnet152, >= 2x faster on the 2,000-block model."
+    )
     return [table]
 
 

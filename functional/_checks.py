@@ -168,6 +168,8 @@ def foreach_total_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         norms = torch._foreach_norm(group, 2.0, dtype=acc)
         partial.append(torch.linalg.vector_norm(torch.stack(norms)).to(out_device, out_dtype))
     return partial[0] if len(partial) == 1 else torch.linalg.vector_norm(torch.stack(partial))
+
+
 def clone_module_as(module: nn.Module, cls: type[nn.Module]) -> nn.Module:
     """A new instance of ``cls`` that shares ``module``'s parameters, buffers and submodules.
 
@@ -188,6 +190,8 @@ def clone_module_as(module: nn.Module, cls: type[nn.Module]) -> nn.Module:
         state[key] = value.copy() if isinstance(value, (dict, set)) else value
     clone.__dict__.update(state)
     return clone
+
+
 # Helpers shared by the batch and label ops (mixup, cutmix, cutout, colout, blur, resizing,
 # label smoothing, selective backprop).
 # ---------------------------------------------------------------------------------------------

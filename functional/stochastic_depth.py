@@ -203,7 +203,11 @@ class StochasticBlock(nn.Module):
                 value += shortcut
                 return value
             return value + shortcut
-        return torch.add(shortcut, value, alpha=scale) if isinstance(scale, float) else torch.addcmul(shortcut, value, scale)
+        return (
+            torch.add(shortcut, value, alpha=scale)
+            if isinstance(scale, float)
+            else torch.addcmul(shortcut, value, scale)
+        )
 
     def extra_repr(self) -> str:
         return f"drop_rate={self.drop_rate:.4g}, stochastic_method={self.stochastic_method!r}"

@@ -30,7 +30,6 @@ class TwoFactorLinear(nn.Module):
             state_dict[prefix + "down"] = torch.eye(old.shape[1], dtype=old.dtype)
 
 
-
 def test_preserved_keys_load_as_they_are():
     model = small_net()
     checkpoint = {k: v.clone() for k, v in model.state_dict().items()}

@@ -369,8 +369,10 @@ def test_linear_cost_on_a_3000_block_model():
     model = nn.Sequential(*[nn.Sequential(nn.Linear(2, 2), nn.ReLU()) for _ in range(3000)])
     opt = torch.optim.Adam(model.parameters())
     mapping = replace_module_classes(
-        model, {nn.Linear: lambda m, i: nn.Linear(2, 2) if type(m) is nn.Linear else None},
-        optimizers=opt, exact_type=True,
+        model,
+        {nn.Linear: lambda m, i: nn.Linear(2, 2) if type(m) is nn.Linear else None},
+        optimizers=opt,
+        exact_type=True,
     )
     assert len(mapping) == 3000
     assert [id(p) for p in opt.param_groups[0]["params"]] == [id(p) for p in model.parameters()]
