@@ -17,15 +17,30 @@ from torch import nn
 from surgery import NoEffectWarning
 
 __all__ = [
+    "accumulation_dtype",
+    "cast_result",
+    "check_class_indices",
     "check_generator",
     "check_in_range",
+    "check_indices",
     "check_int",
     "check_module",
     "check_ndim",
     "check_one_of",
+    "check_pair",
     "check_positive",
     "check_probability",
+    "check_same_batch",
     "check_tensor",
+    "clone_module_as",
+    "compute_dtype",
+    "dense_labels",
+    "foreach_total_norm",
+    "group_by_device_and_dtype",
+    "random_device",
+    "random_permutation",
+    "round_half_up",
+    "sample_beta",
     "warn_no_effect",
 ]
 
@@ -135,6 +150,15 @@ def round_half_up(value: float) -> int:
     return math.floor(value + 0.5 + 1e-9)
 
 
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype reductions and decompositions of ``dtype`` data run in: float64 for float64,
+    float32 for everything else (half precisions, integers).
+
+    Compare :func:`compute_dtype`, which keeps every floating dtype (for elementwise ops).
+    """
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
 def group_by_device_and_dtype(
     tensors: Sequence[torch.Tensor], *others: Sequence[torch.Tensor]
 ) -> dict[tuple[torch.device, torch.dtype], list[list[torch.Tensor]]]:
@@ -164,10 +188,14 @@ def foreach_total_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     out_dtype = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
     partial = []
     for (_, dtype), (group,) in group_by_device_and_dtype(tensors).items():
-        acc = dtype if dtype in (torch.float32, torch.float64) else torch.float32
-        norms = torch._foreach_norm(group, 2.0, dtype=acc)
+        norms = torch._foreach_norm(group, 2.0, dtype=accumulation_dtype(dtype))
         partial.append(torch.linalg.vector_norm(torch.stack(norms)).to(out_device, out_dtype))
     return partial[0] if len(partial) == 1 else torch.linalg.vector_norm(torch.stack(partial))
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers shared by the model transforms (replacement policies)
+# ---------------------------------------------------------------------------------------------
 
 
 def clone_module_as(module: nn.Module, cls: type[nn.Module]) -> nn.Module:
@@ -192,6 +220,7 @@ def clone_module_as(module: nn.Module, cls: type[nn.Module]) -> nn.Module:
     return clone
 
 
+# ---------------------------------------------------------------------------------------------
 # Helpers shared by the batch and label ops (mixup, cutmix, cutout, colout, blur, resizing,
 # label smoothing, selective backprop).
 # ---------------------------------------------------------------------------------------------
@@ -314,7 +343,10 @@ def check_class_indices(y: torch.Tensor, n_classes: int, name: str = "y") -> Non
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The floating dtype an op computes in for data of ``dtype`` (float32 for integer data)."""
+    """The floating dtype an op computes in for data of ``dtype`` (float32 for integer data).
+
+    Compare :func:`accumulation_dtype`, which also lifts half precisions to float32.
+    """
     return dtype if dtype.is_floating_point else torch.float32
 
 

@@ -8,11 +8,31 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from functional._checks import cast_result, check_ndim, check_pair, check_tensor, compute_dtype
+from functional._checks import (
+    accumulation_dtype,
+    cast_result,
+    check_int,
+    check_module,
+    check_ndim,
+    check_pair,
+    check_tensor,
+    clone_module_as,
+    compute_dtype,
+    warn_no_effect,
+)
+from surgery import replace_module_classes
+from surgery._types import OptimizerArg, ReplacementFunction
 
-__all__ = ["blur_2d", "blurmax_pool2d"]
-__all__ += ["BlurConv2d", "BlurMaxPool2d", "BlurPool2d", "apply_blurpool"]
+__all__ = [
+    "BlurConv2d",
+    "BlurMaxPool2d",
+    "BlurPool2d",
+    "apply_blurpool",
+    "blur_2d",
+    "blurmax_pool2d",
+]
 
 # ---------------------------------------------------------------------------------------------
 # Ops
@@ -111,7 +131,7 @@ def _blur_planes_cpu(
     out = torch.empty((batch, channels, out_h, out_w), dtype=x.dtype, memory_format=fmt)
     if out.numel() == 0:
         return out
-    work = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+    work = accumulation_dtype(x.dtype)
     if x.is_contiguous():  # chunks of planes
         source = x.view(batch * channels, height, width)
         target = out.view(batch * channels, out_h, out_w)
@@ -343,12 +363,6 @@ def blurmax_pool2d(
 # Layers and the apply_blurpool transform
 # ---------------------------------------------------------------------------------------------
 
-from torch import nn  # noqa: E402
-
-from functional._checks import check_int, check_module, clone_module_as, warn_no_effect  # noqa: E402
-from surgery import replace_module_classes  # noqa: E402
-from surgery._types import OptimizerArg, ReplacementFunction  # noqa: E402
-
 _BLUR_TAPS = (1.0, 2.0, 1.0)
 
 
@@ -359,18 +373,6 @@ def _blur_kernel(channels: int | None, *, device=None, dtype=None) -> torch.Tens
     if channels is None:
         return kernel
     return kernel.expand(channels, 1, 3, 3).contiguous()
-
-
-def _stride_pair(stride: int | tuple[int, ...]) -> tuple[int, int]:
-    if isinstance(stride, int) and not isinstance(stride, bool):
-        return stride, stride
-    if (
-        isinstance(stride, (tuple, list))
-        and len(stride) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in stride)
-    ):
-        return int(stride[0]), int(stride[1])
-    raise TypeError(f"stride must be an int or a pair of ints, got {stride!r}")
 
 
 class BlurConv2d(nn.Conv2d):
@@ -546,9 +548,7 @@ class BlurPool2d(nn.Module):
                 f"padding must be 1 (the 3x3 filter is zero-padded by 1 to keep the size at "
                 f"stride 1), got {padding!r}"
             )
-        self.stride = _stride_pair(stride)
-        if min(self.stride) < 1:
-            raise ValueError(f"stride must be >= 1, got {stride!r}")
+        self.stride = check_pair(stride, "stride", minimum=1)
         self.register_buffer("blur_filter", _blur_kernel(self.channels or None), persistent=False)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:

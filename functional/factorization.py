@@ -17,7 +17,7 @@ import numbers
 import torch
 from torch import nn
 
-from functional._checks import check_int, check_module, warn_no_effect
+from functional._checks import accumulation_dtype, check_int, check_module, warn_no_effect
 from surgery import replace_module_classes
 from surgery._types import OptimizerArg, ReplacementFunction
 
@@ -63,7 +63,7 @@ def _one_cpu_thread(device: torch.device):
 
 def _svd_factors(matrix: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor, float]:
     """(U_r √S_r, √S_r V_rᵀ, relative Frobenius error) of a (out, in) matrix, in its dtype."""
-    work = matrix.detach().to(torch.float64 if matrix.dtype == torch.float64 else torch.float32)
+    work = matrix.detach().to(accumulation_dtype(matrix.dtype))
     wide = work.shape[0] < work.shape[1]
     with _one_cpu_thread(work.device):
         # Decompose the tall orientation (LAPACK is much faster on it), then transpose back.
