@@ -14,11 +14,13 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from surgery import NoEffectWarning
+from surgery import NoEffectWarning, replace_module_classes
+from surgery._types import OptimizerArg, ReplacementFunction
 
 __all__ = [
     "accumulation_dtype",
     "cast_result",
+    "check_bool",
     "check_class_indices",
     "check_generator",
     "check_in_range",
@@ -39,6 +41,7 @@ __all__ = [
     "group_by_device_and_dtype",
     "random_device",
     "random_permutation",
+    "replace_chosen",
     "round_half_up",
     "sample_beta",
     "warn_no_effect",
@@ -106,6 +109,13 @@ def check_int(value: object, name: str, *, minimum: int | None = None) -> int:
     value = int(value)
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_bool(value: object, name: str, *, allow_none: bool = False) -> bool | None:
+    if not (isinstance(value, bool) or (allow_none and value is None)):
+        allowed = "a bool or None" if allow_none else "a bool"
+        raise TypeError(f"{name} must be {allowed}, got {type(value).__name__}")
     return value
 
 
@@ -218,6 +228,35 @@ def clone_module_as(module: nn.Module, cls: type[nn.Module]) -> nn.Module:
         state[key] = value.copy() if isinstance(value, (dict, set)) else value
     clone.__dict__.update(state)
     return clone
+
+
+def replace_chosen(
+    model: nn.Module,
+    transform: str,
+    choices: Sequence[tuple[bool, type[nn.Module], ReplacementFunction, str]],
+    optimizers: OptimizerArg,
+    *,
+    none_chosen: str,
+    qualifier: str = "",
+) -> dict[nn.Module, nn.Module]:
+    """Run the policies a transform's switches turned on; warn when nothing was replaced.
+
+    ``choices`` holds ``(switch, layer class, policy, what it looks for)``; the policies of the
+    switched-on choices run on exact instances of their classes. When nothing is replaced the
+    :class:`surgery.NoEffectWarning` names what the switched-on choices look for, joined by
+    "or" and followed by ``qualifier``, or says ``none_chosen`` when every switch is off.
+    Returns ``replace_module_classes``'s mapping of old to new modules.
+    """
+    policies = {cls: policy for on, cls, policy, _ in choices if on}
+    replaced = replace_module_classes(model, policies, optimizers=optimizers, exact_type=True)
+    if not replaced:
+        looked_for = [what for on, _, _, what in choices if on]
+        warn_no_effect(
+            transform,
+            " or ".join(looked_for) + qualifier if looked_for else none_chosen,
+            stacklevel=4,
+        )
+    return replaced
 
 
 # ---------------------------------------------------------------------------------------------

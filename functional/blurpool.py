@@ -13,6 +13,7 @@ from torch import nn
 from functional._checks import (
     accumulation_dtype,
     cast_result,
+    check_bool,
     check_int,
     check_module,
     check_ndim,
@@ -20,10 +21,9 @@ from functional._checks import (
     check_tensor,
     clone_module_as,
     compute_dtype,
-    warn_no_effect,
+    replace_chosen,
 )
-from surgery import replace_module_classes
-from surgery._types import OptimizerArg, ReplacementFunction
+from surgery._types import OptimizerArg
 
 __all__ = [
     "BlurConv2d",
@@ -330,8 +330,7 @@ def blurmax_pool2d(
     strides = kernel if stride is None else check_pair(stride, "stride", minimum=1)
     pads = check_pair(padding, "padding", minimum=0)
     dilations = check_pair(dilation, "dilation", minimum=1)
-    if not isinstance(ceil_mode, bool):
-        raise TypeError(f"ceil_mode must be a bool, got {type(ceil_mode).__name__}")
+    check_bool(ceil_mode, "ceil_mode")
     if pads[0] > kernel[0] // 2 or pads[1] > kernel[1] // 2:
         raise ValueError(
             f"padding must be at most half of kernel_size, got padding={padding} for "
@@ -414,8 +413,7 @@ class BlurConv2d(nn.Conv2d):
         self._init_blur(blur_first)
 
     def _init_blur(self, blur_first: bool) -> None:
-        if not isinstance(blur_first, bool):
-            raise TypeError(f"blur_first must be a bool, got {type(blur_first).__name__}")
+        check_bool(blur_first, "blur_first")
         self.blur_first = blur_first
         channels = self.in_channels if blur_first else self.out_channels
         self.register_buffer(
@@ -609,13 +607,9 @@ def apply_blurpool(
         Zhang, "Making Convolutional Networks Shift-Invariant Again", ICML 2019.
     """
     check_module(model)
-    for name, value in (
-        ("replace_convs", replace_convs),
-        ("replace_maxpools", replace_maxpools),
-        ("blur_first", blur_first),
-    ):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    check_bool(replace_convs, "replace_convs")
+    check_bool(replace_maxpools, "replace_maxpools")
+    check_bool(blur_first, "blur_first")
     min_channels = check_int(min_channels, "min_channels", minimum=0)
 
     def convert_conv(conv: nn.Module, _index: int) -> nn.Module | None:
@@ -630,29 +624,24 @@ def apply_blurpool(
             return None
         return BlurMaxPool2d.from_maxpool2d(pool)
 
-    policies: dict[type[nn.Module], ReplacementFunction] = {}
-    if replace_convs:
-        policies[nn.Conv2d] = convert_conv
-    if replace_maxpools:
-        policies[nn.MaxPool2d] = convert_pool
-    replaced = replace_module_classes(
+    replace_chosen(
         model,
-        policies,
-        optimizers=optimizers,
-        exact_type=True,
+        "apply_blurpool",
+        [
+            (
+                replace_convs,
+                nn.Conv2d,
+                convert_conv,
+                f"strided nn.Conv2d with in_channels >= {min_channels}",
+            ),
+            (
+                replace_maxpools,
+                nn.MaxPool2d,
+                convert_pool,
+                "strided nn.MaxPool2d (ceil_mode=False, return_indices=False)",
+            ),
+        ],
+        optimizers,
+        none_chosen="layer to convert (replace_convs and replace_maxpools are both False)",
     )
-    if not replaced:
-        looked_for = [
-            what
-            for what, on in (
-                (f"strided nn.Conv2d with in_channels >= {min_channels}", replace_convs),
-                ("strided nn.MaxPool2d (ceil_mode=False, return_indices=False)", replace_maxpools),
-            )
-            if on
-        ]
-        warn_no_effect(
-            "apply_blurpool",
-            " or ".join(looked_for)
-            or "layer to convert (replace_convs and replace_maxpools are both False)",
-        )
     return model

@@ -17,9 +17,14 @@ import numbers
 import torch
 from torch import nn
 
-from functional._checks import accumulation_dtype, check_int, check_module, warn_no_effect
-from surgery import replace_module_classes
-from surgery._types import OptimizerArg, ReplacementFunction
+from functional._checks import (
+    accumulation_dtype,
+    check_bool,
+    check_int,
+    check_module,
+    replace_chosen,
+)
+from surgery._types import OptimizerArg
 
 __all__ = ["FactorizedConv2d", "FactorizedLinear", "apply_factorization"]
 
@@ -387,12 +392,8 @@ def apply_factorization(
         another of lower rank", Psychometrika 1936.
     """
     check_module(model)
-    for name, value in (
-        ("factorize_convs", factorize_convs),
-        ("factorize_linears", factorize_linears),
-    ):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    check_bool(factorize_convs, "factorize_convs")
+    check_bool(factorize_linears, "factorize_linears")
     min_channels = check_int(min_channels, "min_channels", minimum=1)
     min_features = check_int(min_features, "min_features", minimum=1)
     _check_latent(latent_channels, "latent_channels")
@@ -426,37 +427,25 @@ def apply_factorization(
             return None
         return FactorizedLinear.from_linear(linear, latent_features=rank)
 
-    policies: dict[type[nn.Module], ReplacementFunction] = {}
-    if factorize_convs:
-        policies[nn.Conv2d] = convert_conv
-    if factorize_linears:
-        policies[nn.Linear] = convert_linear
-    replaced = replace_module_classes(
+    replace_chosen(
         model,
-        policies,
-        optimizers=optimizers,
-        exact_type=True,
+        "apply_factorization",
+        [
+            (
+                factorize_convs,
+                nn.Conv2d,
+                convert_conv,
+                f"nn.Conv2d (groups=1) with min(in_channels, out_channels) >= {min_channels}",
+            ),
+            (
+                factorize_linears,
+                nn.Linear,
+                convert_linear,
+                f"nn.Linear with min(in_features, out_features) >= {min_features}",
+            ),
+        ],
+        optimizers,
+        qualifier=" whose factorization at the requested rank saves multiply-adds",
+        none_chosen="layer to factorize (factorize_convs and factorize_linears are both False)",
     )
-    if not replaced:
-        looked_for = [
-            what
-            for what, on in (
-                (
-                    f"nn.Conv2d (groups=1) with min(in_channels, out_channels) >= {min_channels}",
-                    factorize_convs,
-                ),
-                (
-                    f"nn.Linear with min(in_features, out_features) >= {min_features}",
-                    factorize_linears,
-                ),
-            )
-            if on
-        ]
-        warn_no_effect(
-            "apply_factorization",
-            " or ".join(looked_for)
-            + " whose factorization at the requested rank saves multiply-adds"
-            if looked_for
-            else "layer to factorize (factorize_convs and factorize_linears are both False)",
-        )
     return model

@@ -26,6 +26,7 @@ from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
 from functional._checks import (
+    check_bool,
     check_int,
     check_module,
     check_one_of,
@@ -409,8 +410,7 @@ def apply_stochastic_depth(
     check_one_of(target_layer_name, "target_layer_name", sorted(STOCHASTIC_BLOCKS))
     drop_rate = check_probability(drop_rate, "drop_rate")
     check_one_of(drop_distribution, "drop_distribution", _DISTRIBUTIONS)
-    if not isinstance(use_same_gpu_seed, bool):
-        raise TypeError(f"use_same_gpu_seed must be a bool, got {type(use_same_gpu_seed).__name__}")
+    check_bool(use_same_gpu_seed, "use_same_gpu_seed")
     if seed is not None:
         seed = check_int(seed, "seed", minimum=0)
 
