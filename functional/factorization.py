@@ -103,6 +103,13 @@ class _Factorized(nn.Module):
     def _dense_weight(self) -> torch.Tensor:
         raise NotImplementedError
 
+    def _adopt(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        """Fill a layer built on the meta device from the dense ``weight``; reuse ``bias``."""
+        for factor in (self.module0, self.module1):
+            factor.weight = nn.Parameter(torch.empty_like(factor.weight, device=weight.device))
+        self.module1.bias = bias
+        self._set_from_dense(weight)
+
     def _set_from_dense(self, weight: torch.Tensor) -> None:
         left, right, error = _svd_factors(weight.reshape(weight.shape[0], -1), self.latent_size)
         with torch.no_grad():
@@ -230,14 +237,7 @@ class FactorizedConv2d(_Factorized):
             device="meta",
             dtype=conv.weight.dtype,
         )
-        new.module0.weight = nn.Parameter(
-            torch.empty_like(new.module0.weight, device=conv.weight.device)
-        )
-        new.module1.weight = nn.Parameter(
-            torch.empty_like(new.module1.weight, device=conv.weight.device)
-        )
-        new.module1.bias = conv.bias
-        new._set_from_dense(conv.weight)
+        new._adopt(conv.weight, conv.bias)
         return new
 
     def _dense_weight(self) -> torch.Tensor:
@@ -319,14 +319,7 @@ class FactorizedLinear(_Factorized):
             device="meta",
             dtype=linear.weight.dtype,
         )
-        new.module0.weight = nn.Parameter(
-            torch.empty_like(new.module0.weight, device=linear.weight.device)
-        )
-        new.module1.weight = nn.Parameter(
-            torch.empty_like(new.module1.weight, device=linear.weight.device)
-        )
-        new.module1.bias = linear.bias
-        new._set_from_dense(linear.weight)
+        new._adopt(linear.weight, linear.bias)
         return new
 
     def _dense_weight(self) -> torch.Tensor:
