@@ -7,14 +7,12 @@ Timed: the surgery call alone (model and optimizer are rebuilt, untimed, before 
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 import torchvision
 from torch import nn
 
 import surgery
-from benchmarks._harness import Table, peer, ratio, time_interleaved
+from benchmarks._harness import Table, main_for, peer, ratio, time_interleaved
 
 
 class GhostLikeBatchNorm2d(nn.BatchNorm2d):
@@ -93,15 +91,5 @@ def run(*, quick: bool = False, device: str = "cpu") -> list[Table]:
     return [table]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
-    torch.set_num_threads(min(torch.get_num_threads(), 2))
-    for table in run(quick=args.quick, device=args.device):
-        print(table.markdown())
-
-
 if __name__ == "__main__":
-    main()
+    main_for(run, __doc__)
