@@ -214,7 +214,26 @@ class StochasticBlock(nn.Module):
         return f"drop_rate={self.drop_rate:.4g}, stochastic_method={self.stochastic_method!r}"
 
 
-class StochasticBottleneck(StochasticBlock, Bottleneck):
+class _TorchvisionResidual(StochasticBlock):
+    """The constructor and forward of the stochastic torchvision ResNet blocks; a subclass,
+    mixed in before the torchvision block, computes the residual branch in ``_branch``."""
+
+    def __init__(
+        self, *args, drop_rate: float = 0.2, stochastic_method: str = "block", **kwargs
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._init_stochastic(drop_rate, stochastic_method)
+
+    def _branch(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        # not self.relu (in place): a dropped block returns relu(identity), and identity may be x
+        return torch.relu(self._add(identity, lambda: self._branch(x), in_place=True))
+
+
+class StochasticBottleneck(_TorchvisionResidual, Bottleneck):
     """torchvision's ResNet ``Bottleneck`` with stochastic depth on its residual branch.
 
     Training: ``relu(shortcut(x) + m · branch(x))`` with ``m = 0`` with probability ``p`` and
@@ -239,24 +258,13 @@ class StochasticBottleneck(StochasticBlock, Bottleneck):
         Huang, Sun, Liu, Sedra and Weinberger, "Deep Networks with Stochastic Depth", ECCV 2016.
     """
 
-    def __init__(
-        self, *args, drop_rate: float = 0.2, stochastic_method: str = "block", **kwargs
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self._init_stochastic(drop_rate, stochastic_method)
-
     def _branch(self, x: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
         return self.bn3(self.conv3(out))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.downsample is None else self.downsample(x)
-        # not self.relu (in place): a dropped block returns relu(identity), and identity may be x
-        return torch.relu(self._add(identity, lambda: self._branch(x), in_place=True))
 
-
-class StochasticBasicBlock(StochasticBlock, BasicBlock):
+class StochasticBasicBlock(_TorchvisionResidual, BasicBlock):
     """torchvision's ResNet ``BasicBlock`` with stochastic depth on its residual branch.
 
     See :class:`StochasticBottleneck` and :func:`apply_stochastic_depth`.
@@ -274,18 +282,8 @@ class StochasticBasicBlock(StochasticBlock, BasicBlock):
         Huang, Sun, Liu, Sedra and Weinberger, "Deep Networks with Stochastic Depth", ECCV 2016.
     """
 
-    def __init__(
-        self, *args, drop_rate: float = 0.2, stochastic_method: str = "block", **kwargs
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self._init_stochastic(drop_rate, stochastic_method)
-
     def _branch(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.downsample is None else self.downsample(x)
-        return torch.relu(self._add(identity, lambda: self._branch(x), in_place=True))
 
 
 STOCHASTIC_BLOCKS: dict[str, tuple[type[nn.Module], type[StochasticBlock]]] = {
