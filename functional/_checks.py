@@ -39,6 +39,7 @@ __all__ = [
     "dense_labels",
     "foreach_total_norm",
     "group_by_device_and_dtype",
+    "latent_size",
     "random_device",
     "random_permutation",
     "replace_chosen",
@@ -228,6 +229,19 @@ def clone_module_as(module: nn.Module, cls: type[nn.Module]) -> nn.Module:
         state[key] = value.copy() if isinstance(value, (dict, set)) else value
     clone.__dict__.update(state)
     return clone
+
+
+def latent_size(value: object, name: str, reference: int) -> int:
+    """A layer width given as an int ``>= 1``, or as a fraction in (0, 1) of ``reference``
+    (rounded down, at least 1)."""
+    rule = "an int >= 1 or a float in (0, 1)"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {rule}, got {type(value).__name__}")
+    if 0 < value < 1:
+        return max(1, int(value * reference))
+    if value >= 1 and float(value).is_integer():
+        return int(value)
+    raise ValueError(f"{name} must be {rule}, got {value}")
 
 
 def replace_chosen(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import numbers
 
 import torch
 from torch import nn
@@ -22,28 +21,12 @@ from functional._checks import (
     check_bool,
     check_int,
     check_module,
+    latent_size,
     replace_chosen,
 )
 from surgery._types import OptimizerArg
 
 __all__ = ["FactorizedConv2d", "FactorizedLinear", "apply_factorization"]
-
-
-def _latent_size(latent: float, in_size: int, out_size: int, name: str) -> int:
-    """An absolute size (int >= 1) or a fraction in (0, 1) of min(in, out), at least 1."""
-    if isinstance(latent, bool) or not isinstance(latent, numbers.Real):
-        raise TypeError(
-            f"{name} must be an int >= 1 or a float in (0, 1), got {type(latent).__name__}"
-        )
-    if 0 < latent < 1:
-        return max(1, int(latent * min(in_size, out_size)))
-    if latent >= 1 and float(latent).is_integer():
-        return int(latent)
-    raise ValueError(f"{name} must be an int >= 1 or a float in (0, 1), got {latent}")
-
-
-def _check_latent(latent: float, name: str) -> None:
-    _latent_size(latent, 1, 1, name)
 
 
 def _max_rank_with_speedup(fan_in: int, fan_out: int) -> int:
@@ -180,8 +163,8 @@ class FactorizedConv2d(_Factorized):
         dtype=None,
     ) -> None:
         super().__init__()
-        self.latent_size = _latent_size(
-            latent_channels, in_channels, out_channels, "latent_channels"
+        self.latent_size = latent_size(
+            latent_channels, "latent_channels", min(in_channels, out_channels)
         )
         self.module0 = nn.Conv2d(
             in_channels,
@@ -278,8 +261,8 @@ class FactorizedLinear(_Factorized):
         dtype=None,
     ) -> None:
         super().__init__()
-        self.latent_size = _latent_size(
-            latent_features, in_features, out_features, "latent_features"
+        self.latent_size = latent_size(
+            latent_features, "latent_features", min(in_features, out_features)
         )
         self.module0 = nn.Linear(
             in_features, self.latent_size, bias=False, device=device, dtype=dtype
@@ -389,8 +372,8 @@ def apply_factorization(
     check_bool(factorize_linears, "factorize_linears")
     min_channels = check_int(min_channels, "min_channels", minimum=1)
     min_features = check_int(min_features, "min_features", minimum=1)
-    _check_latent(latent_channels, "latent_channels")
-    _check_latent(latent_features, "latent_features")
+    latent_size(latent_channels, "latent_channels", 1)  # validates the values
+    latent_size(latent_features, "latent_features", 1)
 
     # The factors of an earlier factorization are plain layers: never factorize them again.
     factors = {id(m) for f in model.modules() if isinstance(f, _Factorized) for m in f.modules()}
@@ -404,7 +387,9 @@ def apply_factorization(
         ):
             return None
         fan_in = conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1]
-        rank = _latent_size(latent_channels, conv.in_channels, conv.out_channels, "latent_channels")
+        rank = latent_size(
+            latent_channels, "latent_channels", min(conv.in_channels, conv.out_channels)
+        )
         if rank > _max_rank_with_speedup(fan_in, conv.out_channels):
             return None
         return FactorizedConv2d.from_conv2d(conv, latent_channels=rank)
@@ -413,8 +398,8 @@ def apply_factorization(
         assert isinstance(linear, nn.Linear)
         if id(linear) in factors or min(linear.in_features, linear.out_features) < min_features:
             return None
-        rank = _latent_size(
-            latent_features, linear.in_features, linear.out_features, "latent_features"
+        rank = latent_size(
+            latent_features, "latent_features", min(linear.in_features, linear.out_features)
         )
         if rank > _max_rank_with_speedup(linear.in_features, linear.out_features):
             return None
