@@ -37,6 +37,7 @@ __all__ = [
     "ImageLike",
     "RngLike",
     "RngStream",
+    "SetTransform",
     "as_pil",
     "beta",
     "call_source",
@@ -340,3 +341,35 @@ def set_repr(augmentation_set: str | Sequence[Callable[..., Any]]) -> str:
     if isinstance(augmentation_set, str):
         return repr(augmentation_set)
     return "[" + ", ".join(getattr(op, "__name__", repr(op)) for op in augmentation_set) + "]"
+
+
+# ------------------------------------------------------------------------------ transforms
+
+
+class SetTransform:
+    """What the ``AugMix`` and ``RandAugment`` transforms share: the checked ``severity``,
+    ``depth`` and ``augmentation_set`` (compiled to kernels once) and the ``rng`` stream."""
+
+    def __init__(
+        self,
+        severity: float,
+        depth: int,
+        augmentation_set: str | Sequence[Callable[..., Any]],
+        rng: RngLike,
+        *,
+        random_depth: bool,
+    ) -> None:
+        # imported here: augment.primitives itself imports this module
+        from augment.primitives import augmentation_sets, kernels_of
+
+        self._ops = resolve_set(augmentation_set, augmentation_sets)
+        check_severity(severity)
+        self.severity = severity
+        self.depth = check_depth(depth, allow_random=random_depth)
+        self.augmentation_set = augmentation_set if isinstance(augmentation_set, str) else self._ops
+        self._kernels = kernels_of(self._ops)
+        self._stream = RngStream(rng)
+
+    @property
+    def rng(self) -> RngLike:
+        return self._stream.rng

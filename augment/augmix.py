@@ -28,7 +28,7 @@ from PIL import Image
 from augment._common import (
     ImageLike,
     RngLike,
-    RngStream,
+    SetTransform,
     as_pil,
     beta,
     call_source,
@@ -154,7 +154,7 @@ def augment_and_mix(
     return from_array(arr, kind)
 
 
-class AugMix:
+class AugMix(SetTransform):
     """AugMix as a transform for ``torchvision.transforms.Compose`` and ``DataLoader`` workers.
 
     See :func:`augment_and_mix` for the arguments. The transform is picklable.
@@ -189,20 +189,10 @@ class AugMix:
         augmentation_set: str | Sequence[Callable[..., Any]] = "all",
         rng: RngLike = None,
     ) -> None:
-        self._ops = resolve_set(augmentation_set, augmentation_sets)
-        check_severity(severity)
-        self.severity = severity
-        self.depth = check_depth(depth, allow_random=True)
+        super().__init__(severity, depth, augmentation_set, rng, random_depth=True)
         self.width = check_int(width, "width", minimum=1)
         check_alpha(alpha)
         self.alpha = alpha
-        self.augmentation_set = augmentation_set if isinstance(augmentation_set, str) else self._ops
-        self._kernels = kernels_of(self._ops)
-        self._stream = RngStream(rng)
-
-    @property
-    def rng(self) -> RngLike:
-        return self._stream.rng
 
     def __call__(self, img: ImageLike) -> ImageLike:
         pil, kind = as_pil(img)

@@ -20,7 +20,7 @@ from PIL import Image
 from augment._common import (
     ImageLike,
     RngLike,
-    RngStream,
+    SetTransform,
     as_pil,
     call_source,
     check_depth,
@@ -99,7 +99,7 @@ def randaugment(
     return from_pil(_randaugment_pil(pil, sev, d, kernels_of(ops), call_source(rng)), kind)
 
 
-class RandAugment:
+class RandAugment(SetTransform):
     """RandAugment as a transform for ``torchvision.transforms.Compose`` and ``DataLoader`` workers.
 
     See :func:`randaugment` for the arguments and :class:`~augment.AugMix` for how ``rng``
@@ -122,17 +122,7 @@ class RandAugment:
         augmentation_set: str | Sequence[Callable[..., Any]] = "all",
         rng: RngLike = None,
     ) -> None:
-        self._ops = resolve_set(augmentation_set, augmentation_sets)
-        check_severity(severity)
-        self.severity = severity
-        self.depth = check_depth(depth, allow_random=False)
-        self.augmentation_set = augmentation_set if isinstance(augmentation_set, str) else self._ops
-        self._kernels = kernels_of(self._ops)
-        self._stream = RngStream(rng)
-
-    @property
-    def rng(self) -> RngLike:
-        return self._stream.rng
+        super().__init__(severity, depth, augmentation_set, rng, random_depth=False)
 
     def __call__(self, img: ImageLike) -> ImageLike:
         pil, kind = as_pil(img)

@@ -1,7 +1,8 @@
 """Shared benchmark machinery: peers, interleaved timing with medians, tables.
 
 Every benchmark module exposes ``run(*, quick: bool, device: str) -> list[Table]``;
-``python -m benchmarks`` runs them and writes ``benchmarks/RESULTS.md``.
+``python -m benchmarks`` runs them and writes ``benchmarks/RESULTS.md``, and
+``python -m benchmarks.<name>`` runs one (its command line is :func:`main_for`).
 
 Timing rule: the candidates of one comparison are timed in the same process, interleaved
 (candidate A, B, C, A, B, C, ...) so that drift in the machine's speed hits all of them alike,
@@ -10,13 +11,14 @@ and the median of the repeats is reported. Ratios are ``peer_time / our_time`` (
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,7 +78,7 @@ def time_interleaved(
     samples: dict[str, list[float]] = {name: [] for name in candidates}
     names = list(candidates)
     for r in range(repeats):
-        order = names[r % len(names):] + names[: r % len(names)]  # rotate who goes first
+        order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
         for name in order:
             fn = candidates[name]
             total = 0.0
@@ -150,3 +152,27 @@ def machine_description() -> str:
     if torch.cuda.is_available():
         parts.append(f"GPU: {torch.cuda.get_device_name()}")
     return "; ".join(parts)
+
+
+def main_for(
+    run: Callable[..., list[Table]],
+    doc: str | None,
+    *,
+    device_help: str = "cpu or cuda",
+    add_arguments: Callable[[argparse.ArgumentParser], object] | None = None,
+    argv: Sequence[str] | None = None,
+) -> None:
+    """The command line of one benchmark module: ``--quick`` and ``--device``, plus what
+    ``add_arguments`` adds (passed on to ``run`` by name); torch threads capped at 2; prints the
+    machine, then each table's markdown. ``doc``'s first line describes the command."""
+    description = doc.strip().splitlines()[0] if doc else None
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds")
+    parser.add_argument("--device", default="cpu", help=device_help)
+    if add_arguments is not None:
+        add_arguments(parser)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(min(torch.get_num_threads(), 2))
+    print(machine_description(), end="\n\n")
+    for table in run(**vars(args)):
+        print(table.markdown())

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 import functional
-from benchmarks._harness import Table, peer, synchronize
+from benchmarks._harness import Table, main_for, peer, synchronize
 
 VOCAB = 16
 FOLLOW = 0.8  # probability that a token follows the table
@@ -198,15 +198,9 @@ def run(*, quick: bool = False, device: str = "cpu", steps: int | None = None) -
     return [losses]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a few seconds on tiny sizes")
-    parser.add_argument("--device", default="cpu")
+def _steps_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=None, help="training steps (default 600)")
-    args = parser.parse_args()
-    for table in run(quick=args.quick, device=args.device, steps=args.steps):
-        print(table.markdown())
 
 
 if __name__ == "__main__":
-    main()
+    main_for(run, __doc__, add_arguments=_steps_argument)

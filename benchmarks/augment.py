@@ -18,7 +18,6 @@ Ours: ``AugMix(severity=3, depth=-1, width=3, alpha=1.0)`` and ``RandAugment(sev
 
 from __future__ import annotations
 
-import argparse
 import random
 from collections.abc import Callable
 
@@ -26,7 +25,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from benchmarks._harness import Table, machine_description, peer, ratio, time_interleaved
+from benchmarks._harness import Table, machine_description, main_for, peer, ratio, time_interleaved
 
 PEERS = ("Composer", "timm", "torchvision")
 
@@ -137,14 +136,5 @@ def run(*, quick: bool, device: str = "cpu") -> list[Table]:
     return tables
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds")
-    parser.add_argument("--device", default="cpu", help="unused: PIL runs on the CPU")
-    args = parser.parse_args()
-    for table in run(quick=args.quick, device=args.device):
-        print(table.markdown())
-
-
 if __name__ == "__main__":
-    main()
+    main_for(run, __doc__, device_help="unused: PIL runs on the CPU")

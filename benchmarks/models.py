@@ -11,7 +11,6 @@ Bottleneck ResNet, batch 4 at 32x32, one repeat (a smoke run: its figures mean n
 
 from __future__ import annotations
 
-import argparse
 import copy
 import warnings
 from collections.abc import Callable
@@ -21,7 +20,7 @@ import torchvision
 from torch import nn
 
 import functional as F
-from benchmarks._harness import Table, machine_description, peer, ratio, time_interleaved
+from benchmarks._harness import Table, machine_description, main_for, peer, ratio, time_interleaved
 
 __all__ = ["run"]
 
@@ -161,15 +160,5 @@ def _run(*, quick: bool, device: str) -> list[Table]:
     return [table]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="tiny model, few repeats")
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
-    torch.set_num_threads(min(torch.get_num_threads(), 2))
-    for table in run(quick=args.quick, device=args.device):
-        print(table.markdown())
-
-
 if __name__ == "__main__":
-    main()
+    main_for(run, __doc__)

@@ -12,7 +12,6 @@ Run: ``python -m benchmarks.ops [--quick] [--device cpu|cuda]``.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import importlib
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from benchmarks._harness import (
     Table,
     copy_bandwidth,
     machine_description,
+    main_for,
     missing_peers,
     peer,
     ratio,
@@ -352,14 +352,5 @@ def run(*, quick: bool, device: str) -> list[Table]:
     return [images, ema]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    args = parser.parse_args()
-    for table in run(quick=args.quick, device=args.device):
-        print(table.markdown())
-
-
 if __name__ == "__main__":
-    main()
+    main_for(run, __doc__)

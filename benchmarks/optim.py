@@ -14,15 +14,13 @@ EMA costs are in ``benchmarks/ops.py``.
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 import torchvision
 from torch import nn
 
 from benchmarks._harness import (
     Table,
-    machine_description,
+    main_for,
     missing_peers,
     peer,
     ratio,
@@ -252,11 +250,4 @@ def run(*, quick: bool, device: str) -> list[Table]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds")
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
-    tables = run(quick=args.quick, device=args.device)
-    print(machine_description(), end="\n\n")
-    for table in tables:
-        print(table.markdown())
+    main_for(run, __doc__)

@@ -7,14 +7,12 @@ Timed: the surgery call alone (model and optimizer are rebuilt, untimed, before 
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 import torchvision
 from torch import nn
 
 import surgery
-from benchmarks._harness import Table, peer, ratio, time_interleaved
+from benchmarks._harness import Table, main_for, peer, ratio, time_interleaved
 
 
 class GhostLikeBatchNorm2d(nn.BatchNorm2d):
@@ -31,7 +29,10 @@ def ghost_like(module: nn.Module, index: int) -> nn.Module | None:
 
 def synthetic(blocks: int) -> nn.Module:
     return nn.Sequential(
-        *[nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()) for _ in range(blocks)]
+        *[
+            nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+            for _ in range(blocks)
+        ]
     )
 
 
@@ -44,13 +45,18 @@ def run(*, quick: bool = False, device: str = "cpu") -> list[Table]:
         "synthetic, 2,000 conv-bn blocks": lambda: synthetic(2000),
     }
     if quick:
-        cases = {"torchvision resnet18": lambda: torchvision.models.resnet18(), "synthetic, 100 blocks": lambda: synthetic(100)}
+        cases = {
+            "torchvision resnet18": lambda: torchvision.models.resnet18(),
+            "synthetic, 100 blocks": lambda: synthetic(100),
+        }
     table = Table(
         "Surgery: BatchNorm2d -> new module, SGD optimizer kept consistent",
         ["model", "modules replaced", "ours (ms)", "Composer (ms)", "Composer / ours"],
     )
     if composer_surgery is None:
-        table.notes.append("Composer not installed (../shared/tools/install_peers.sh .peers): its column is empty")
+        table.notes.append(
+            "Composer not installed (../shared/tools/install_peers.sh .peers): its column is empty"
+        )
     for label, build in cases.items():
 
         def setup(build=build):
@@ -58,14 +64,18 @@ def run(*, quick: bool = False, device: str = "cpu") -> list[Table]:
             return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
         candidates = {
-            "ours": lambda mo: surgery.replace_module_classes(mo[0], {nn.BatchNorm2d: ghost_like}, optimizers=mo[1])
+            "ours": lambda mo: surgery.replace_module_classes(
+                mo[0], {nn.BatchNorm2d: ghost_like}, optimizers=mo[1]
+            )
         }
         if composer_surgery is not None:
             candidates["composer"] = lambda mo: composer_surgery.replace_module_classes(
                 mo[0], {nn.BatchNorm2d: ghost_like}, optimizers=mo[1]
             )
         repeats = 3 if quick else 5
-        times = time_interleaved(candidates, repeats=repeats, warmup=0 if quick else 1, setup=setup, device=device)
+        times = time_interleaved(
+            candidates, repeats=repeats, warmup=0 if quick else 1, setup=setup, device=device
+        )
         n = surgery.count_module_instances(build(), nn.BatchNorm2d)
         composer_time = times.get("composer")
         table.add(
@@ -75,19 +85,11 @@ def run(*, quick: bool = False, device: str = "cpu") -> list[Table]:
             None if composer_time is None else composer_time * 1e3,
             ratio(composer_time, times["ours"]),
         )
-    table.notes.append("Targets: no slower than Composer on resnet152, >= 2x faster on the 2,000-block model.")
+    table.notes.append(
+        "Targets: no slower than Composer on resnet152, >= 2x faster on the 2,000-block model."
+    )
     return [table]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
-    torch.set_num_threads(min(torch.get_num_threads(), 2))
-    for table in run(quick=args.quick, device=args.device):
-        print(table.markdown())
-
-
 if __name__ == "__main__":
-    main()
+    main_for(run, __doc__)

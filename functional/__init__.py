@@ -6,46 +6,46 @@ gradient clipping, SWA) and in-place model transforms built on the :mod:`surgery
 """
 
 from functional.alibi import (
-    alibi_bias,
-    alibi_registry,
-    alibi_slopes,
     AlibiBias,
     AlibiContext,
     AlibiMultiheadAttention,
-    apply_alibi,
     DisabledPositionEmbedding,
+    alibi_bias,
+    alibi_registry,
+    alibi_slopes,
+    apply_alibi,
     register_alibi,
     unregister_alibi,
 )
 from functional.blurpool import (
-    apply_blurpool,
-    blur_2d,
     BlurConv2d,
-    blurmax_pool2d,
     BlurMaxPool2d,
     BlurPool2d,
+    apply_blurpool,
+    blur_2d,
+    blurmax_pool2d,
 )
 from functional.channels_last import apply_channels_last
 from functional.colout import colout, colout_batch
 from functional.cutmix import cutmix_batch
 from functional.cutout import cutout
 from functional.ema import compute_ema, ema_smoothing
-from functional.factorization import apply_factorization, FactorizedConv2d, FactorizedLinear
-from functional.gated_linear_units import apply_gated_linear_units, GatedLinear
+from functional.factorization import FactorizedConv2d, FactorizedLinear, apply_factorization
+from functional.gated_linear_units import GatedLinear, apply_gated_linear_units
 from functional.ghost_batchnorm import (
-    apply_ghost_batchnorm,
     GhostBatchNorm1d,
     GhostBatchNorm2d,
     GhostBatchNorm3d,
+    apply_ghost_batchnorm,
 )
 from functional.gradient_clipping import apply_gradient_clipping
 from functional.label_smoothing import smooth_labels
 from functional.layer_freezing import freeze_layers
 from functional.low_precision_norm import (
-    apply_low_precision_groupnorm,
-    apply_low_precision_layernorm,
     LowPrecisionGroupNorm,
     LowPrecisionLayerNorm,
+    apply_low_precision_groupnorm,
+    apply_low_precision_layernorm,
 )
 from functional.mixup import gen_interpolation_lambda, mixup_batch
 from functional.progressive_resizing import progressive_resizing_scale, resize_inputs
@@ -54,29 +54,50 @@ from functional.scale_schedule import scale_scheduler
 from functional.selective_backprop import select_using_loss, should_selective_backprop
 from functional.seq_length_warmup import apply_seq_length_warmup, seq_length_warmup_length
 from functional.squeeze_excite import (
-    apply_se,
-    apply_squeeze_excite,
     SqueezeExcite2d,
     SqueezeExciteConv2d,
+    apply_se,
+    apply_squeeze_excite,
 )
 from functional.stochastic_depth import (
-    apply_stochastic_depth,
-    register_stochastic_block,
     STOCHASTIC_BLOCKS,
     StochasticBasicBlock,
     StochasticBlock,
     StochasticBottleneck,
+    apply_stochastic_depth,
+    register_stochastic_block,
 )
 from functional.swa import SWA
-from functional.weight_standardization import apply_weight_standardization, WeightStandardizer
+from functional.weight_standardization import WeightStandardizer, apply_weight_standardization
 
 __all__: list[str] = [
-    "alibi_bias",
-    "alibi_registry",
-    "alibi_slopes",
+    "STOCHASTIC_BLOCKS",
+    "SWA",
     "AlibiBias",
     "AlibiContext",
     "AlibiMultiheadAttention",
+    "BlurConv2d",
+    "BlurMaxPool2d",
+    "BlurPool2d",
+    "DisabledPositionEmbedding",
+    "FactorizedConv2d",
+    "FactorizedLinear",
+    "GatedLinear",
+    "GhostBatchNorm1d",
+    "GhostBatchNorm2d",
+    "GhostBatchNorm3d",
+    "LowPrecisionGroupNorm",
+    "LowPrecisionLayerNorm",
+    "SAMOptimizer",
+    "SqueezeExcite2d",
+    "SqueezeExciteConv2d",
+    "StochasticBasicBlock",
+    "StochasticBlock",
+    "StochasticBottleneck",
+    "WeightStandardizer",
+    "alibi_bias",
+    "alibi_registry",
+    "alibi_slopes",
     "apply_alibi",
     "apply_blurpool",
     "apply_channels_last",
@@ -92,45 +113,24 @@ __all__: list[str] = [
     "apply_stochastic_depth",
     "apply_weight_standardization",
     "blur_2d",
-    "BlurConv2d",
     "blurmax_pool2d",
-    "BlurMaxPool2d",
-    "BlurPool2d",
     "colout",
     "colout_batch",
     "compute_ema",
     "cutmix_batch",
     "cutout",
-    "DisabledPositionEmbedding",
     "ema_smoothing",
-    "FactorizedConv2d",
-    "FactorizedLinear",
     "freeze_layers",
-    "GatedLinear",
     "gen_interpolation_lambda",
-    "GhostBatchNorm1d",
-    "GhostBatchNorm2d",
-    "GhostBatchNorm3d",
-    "LowPrecisionGroupNorm",
-    "LowPrecisionLayerNorm",
     "mixup_batch",
     "progressive_resizing_scale",
     "register_alibi",
     "register_stochastic_block",
     "resize_inputs",
-    "SAMOptimizer",
     "scale_scheduler",
     "select_using_loss",
     "seq_length_warmup_length",
     "should_selective_backprop",
     "smooth_labels",
-    "SqueezeExcite2d",
-    "SqueezeExciteConv2d",
-    "STOCHASTIC_BLOCKS",
-    "StochasticBasicBlock",
-    "StochasticBlock",
-    "StochasticBottleneck",
-    "SWA",
     "unregister_alibi",
-    "WeightStandardizer",
 ]

@@ -14,18 +14,37 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from surgery import NoEffectWarning
+from surgery import NoEffectWarning, replace_module_classes
+from surgery._types import OptimizerArg, ReplacementFunction
 
 __all__ = [
+    "accumulation_dtype",
+    "cast_result",
+    "check_bool",
+    "check_class_indices",
     "check_generator",
     "check_in_range",
+    "check_indices",
     "check_int",
     "check_module",
     "check_ndim",
     "check_one_of",
+    "check_pair",
     "check_positive",
     "check_probability",
+    "check_same_batch",
     "check_tensor",
+    "clone_module_as",
+    "compute_dtype",
+    "dense_labels",
+    "foreach_total_norm",
+    "group_by_device_and_dtype",
+    "latent_size",
+    "random_device",
+    "random_permutation",
+    "replace_chosen",
+    "round_half_up",
+    "sample_beta",
     "warn_no_effect",
 ]
 
@@ -94,6 +113,13 @@ def check_int(value: object, name: str, *, minimum: int | None = None) -> int:
     return value
 
 
+def check_bool(value: object, name: str, *, allow_none: bool = False) -> bool | None:
+    if not (isinstance(value, bool) or (allow_none and value is None)):
+        allowed = "a bool or None" if allow_none else "a bool"
+        raise TypeError(f"{name} must be {allowed}, got {type(value).__name__}")
+    return value
+
+
 def check_one_of(value: object, name: str, choices: Sequence[object]) -> None:
     if value not in choices:
         options = ", ".join(repr(c) for c in choices)
@@ -135,6 +161,15 @@ def round_half_up(value: float) -> int:
     return math.floor(value + 0.5 + 1e-9)
 
 
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype reductions and decompositions of ``dtype`` data run in: float64 for float64,
+    float32 for everything else (half precisions, integers).
+
+    Compare :func:`compute_dtype`, which keeps every floating dtype (for elementwise ops).
+    """
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
 def group_by_device_and_dtype(
     tensors: Sequence[torch.Tensor], *others: Sequence[torch.Tensor]
 ) -> dict[tuple[torch.device, torch.dtype], list[list[torch.Tensor]]]:
@@ -164,10 +199,16 @@ def foreach_total_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     out_dtype = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
     partial = []
     for (_, dtype), (group,) in group_by_device_and_dtype(tensors).items():
-        acc = dtype if dtype in (torch.float32, torch.float64) else torch.float32
-        norms = torch._foreach_norm(group, 2.0, dtype=acc)
+        norms = torch._foreach_norm(group, 2.0, dtype=accumulation_dtype(dtype))
         partial.append(torch.linalg.vector_norm(torch.stack(norms)).to(out_device, out_dtype))
     return partial[0] if len(partial) == 1 else torch.linalg.vector_norm(torch.stack(partial))
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers shared by the model transforms (replacement policies)
+# ---------------------------------------------------------------------------------------------
+
+
 def clone_module_as(module: nn.Module, cls: type[nn.Module]) -> nn.Module:
     """A new instance of ``cls`` that shares ``module``'s parameters, buffers and submodules.
 
@@ -188,6 +229,51 @@ def clone_module_as(module: nn.Module, cls: type[nn.Module]) -> nn.Module:
         state[key] = value.copy() if isinstance(value, (dict, set)) else value
     clone.__dict__.update(state)
     return clone
+
+
+def latent_size(value: object, name: str, reference: int) -> int:
+    """A layer width given as an int ``>= 1``, or as a fraction in (0, 1) of ``reference``
+    (rounded down, at least 1)."""
+    rule = "an int >= 1 or a float in (0, 1)"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {rule}, got {type(value).__name__}")
+    if 0 < value < 1:
+        return max(1, int(value * reference))
+    if value >= 1 and float(value).is_integer():
+        return int(value)
+    raise ValueError(f"{name} must be {rule}, got {value}")
+
+
+def replace_chosen(
+    model: nn.Module,
+    transform: str,
+    choices: Sequence[tuple[bool, type[nn.Module], ReplacementFunction, str]],
+    optimizers: OptimizerArg,
+    *,
+    none_chosen: str,
+    qualifier: str = "",
+) -> dict[nn.Module, nn.Module]:
+    """Run the policies a transform's switches turned on; warn when nothing was replaced.
+
+    ``choices`` holds ``(switch, layer class, policy, what it looks for)``; the policies of the
+    switched-on choices run on exact instances of their classes. When nothing is replaced the
+    :class:`surgery.NoEffectWarning` names what the switched-on choices look for, joined by
+    "or" and followed by ``qualifier``, or says ``none_chosen`` when every switch is off.
+    Returns ``replace_module_classes``'s mapping of old to new modules.
+    """
+    policies = {cls: policy for on, cls, policy, _ in choices if on}
+    replaced = replace_module_classes(model, policies, optimizers=optimizers, exact_type=True)
+    if not replaced:
+        looked_for = [what for on, _, _, what in choices if on]
+        warn_no_effect(
+            transform,
+            " or ".join(looked_for) + qualifier if looked_for else none_chosen,
+            stacklevel=4,
+        )
+    return replaced
+
+
+# ---------------------------------------------------------------------------------------------
 # Helpers shared by the batch and label ops (mixup, cutmix, cutout, colout, blur, resizing,
 # label smoothing, selective backprop).
 # ---------------------------------------------------------------------------------------------
@@ -310,7 +396,10 @@ def check_class_indices(y: torch.Tensor, n_classes: int, name: str = "y") -> Non
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The floating dtype an op computes in for data of ``dtype`` (float32 for integer data)."""
+    """The floating dtype an op computes in for data of ``dtype`` (float32 for integer data).
+
+    Compare :func:`accumulation_dtype`, which also lifts half precisions to float32.
+    """
     return dtype if dtype.is_floating_point else torch.float32
 
 

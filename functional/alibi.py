@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from functional._checks import check_int, check_module, warn_no_effect
+from functional._checks import accumulation_dtype, check_int, check_module, warn_no_effect
 from functional._transformer_layers import (
     ModularTransformerEncoderLayer,
     disable_nested_tensor,
@@ -161,7 +161,7 @@ def alibi_bias(
     if key_length < query_length:
         raise ValueError(f"key_length must be >= query_length ({query_length}), got {key_length}")
     _check_floating_dtype(dtype)
-    work = torch.float64 if dtype == torch.float64 else torch.float32
+    work = accumulation_dtype(dtype)
     slopes = alibi_slopes(num_heads, device=device, dtype=work)
     q_pos = torch.arange(key_length - query_length, key_length, device=device, dtype=work)
     k_pos = torch.arange(key_length, device=device, dtype=work)

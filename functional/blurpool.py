@@ -8,11 +8,31 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from functional._checks import cast_result, check_ndim, check_pair, check_tensor, compute_dtype
+from functional._checks import (
+    accumulation_dtype,
+    cast_result,
+    check_bool,
+    check_int,
+    check_module,
+    check_ndim,
+    check_pair,
+    check_tensor,
+    clone_module_as,
+    compute_dtype,
+    replace_chosen,
+)
+from surgery._types import OptimizerArg
 
-__all__ = ["blur_2d", "blurmax_pool2d"]
-__all__ += ["BlurConv2d", "BlurMaxPool2d", "BlurPool2d", "apply_blurpool"]
+__all__ = [
+    "BlurConv2d",
+    "BlurMaxPool2d",
+    "BlurPool2d",
+    "apply_blurpool",
+    "blur_2d",
+    "blurmax_pool2d",
+]
 
 # ---------------------------------------------------------------------------------------------
 # Ops
@@ -111,7 +131,7 @@ def _blur_planes_cpu(
     out = torch.empty((batch, channels, out_h, out_w), dtype=x.dtype, memory_format=fmt)
     if out.numel() == 0:
         return out
-    work = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+    work = accumulation_dtype(x.dtype)
     if x.is_contiguous():  # chunks of planes
         source = x.view(batch * channels, height, width)
         target = out.view(batch * channels, out_h, out_w)
@@ -310,8 +330,7 @@ def blurmax_pool2d(
     strides = kernel if stride is None else check_pair(stride, "stride", minimum=1)
     pads = check_pair(padding, "padding", minimum=0)
     dilations = check_pair(dilation, "dilation", minimum=1)
-    if not isinstance(ceil_mode, bool):
-        raise TypeError(f"ceil_mode must be a bool, got {type(ceil_mode).__name__}")
+    check_bool(ceil_mode, "ceil_mode")
     if pads[0] > kernel[0] // 2 or pads[1] > kernel[1] // 2:
         raise ValueError(
             f"padding must be at most half of kernel_size, got padding={padding} for "
@@ -343,12 +362,6 @@ def blurmax_pool2d(
 # Layers and the apply_blurpool transform
 # ---------------------------------------------------------------------------------------------
 
-from torch import nn  # noqa: E402
-
-from functional._checks import check_int, check_module, clone_module_as, warn_no_effect  # noqa: E402
-from surgery import replace_module_classes  # noqa: E402
-from surgery._types import OptimizerArg, ReplacementFunction  # noqa: E402
-
 _BLUR_TAPS = (1.0, 2.0, 1.0)
 
 
@@ -359,18 +372,6 @@ def _blur_kernel(channels: int | None, *, device=None, dtype=None) -> torch.Tens
     if channels is None:
         return kernel
     return kernel.expand(channels, 1, 3, 3).contiguous()
-
-
-def _stride_pair(stride: int | tuple[int, ...]) -> tuple[int, int]:
-    if isinstance(stride, int) and not isinstance(stride, bool):
-        return stride, stride
-    if (
-        isinstance(stride, (tuple, list))
-        and len(stride) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in stride)
-    ):
-        return int(stride[0]), int(stride[1])
-    raise TypeError(f"stride must be an int or a pair of ints, got {stride!r}")
 
 
 class BlurConv2d(nn.Conv2d):
@@ -412,8 +413,7 @@ class BlurConv2d(nn.Conv2d):
         self._init_blur(blur_first)
 
     def _init_blur(self, blur_first: bool) -> None:
-        if not isinstance(blur_first, bool):
-            raise TypeError(f"blur_first must be a bool, got {type(blur_first).__name__}")
+        check_bool(blur_first, "blur_first")
         self.blur_first = blur_first
         channels = self.in_channels if blur_first else self.out_channels
         self.register_buffer(
@@ -546,9 +546,7 @@ class BlurPool2d(nn.Module):
                 f"padding must be 1 (the 3x3 filter is zero-padded by 1 to keep the size at "
                 f"stride 1), got {padding!r}"
             )
-        self.stride = _stride_pair(stride)
-        if min(self.stride) < 1:
-            raise ValueError(f"stride must be >= 1, got {stride!r}")
+        self.stride = check_pair(stride, "stride", minimum=1)
         self.register_buffer("blur_filter", _blur_kernel(self.channels or None), persistent=False)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -609,13 +607,9 @@ def apply_blurpool(
         Zhang, "Making Convolutional Networks Shift-Invariant Again", ICML 2019.
     """
     check_module(model)
-    for name, value in (
-        ("replace_convs", replace_convs),
-        ("replace_maxpools", replace_maxpools),
-        ("blur_first", blur_first),
-    ):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    check_bool(replace_convs, "replace_convs")
+    check_bool(replace_maxpools, "replace_maxpools")
+    check_bool(blur_first, "blur_first")
     min_channels = check_int(min_channels, "min_channels", minimum=0)
 
     def convert_conv(conv: nn.Module, _index: int) -> nn.Module | None:
@@ -630,29 +624,24 @@ def apply_blurpool(
             return None
         return BlurMaxPool2d.from_maxpool2d(pool)
 
-    policies: dict[type[nn.Module], ReplacementFunction] = {}
-    if replace_convs:
-        policies[nn.Conv2d] = convert_conv
-    if replace_maxpools:
-        policies[nn.MaxPool2d] = convert_pool
-    replaced = replace_module_classes(
+    replace_chosen(
         model,
-        policies,
-        optimizers=optimizers,
-        exact_type=True,
+        "apply_blurpool",
+        [
+            (
+                replace_convs,
+                nn.Conv2d,
+                convert_conv,
+                f"strided nn.Conv2d with in_channels >= {min_channels}",
+            ),
+            (
+                replace_maxpools,
+                nn.MaxPool2d,
+                convert_pool,
+                "strided nn.MaxPool2d (ceil_mode=False, return_indices=False)",
+            ),
+        ],
+        optimizers,
+        none_chosen="layer to convert (replace_convs and replace_maxpools are both False)",
     )
-    if not replaced:
-        looked_for = [
-            what
-            for what, on in (
-                (f"strided nn.Conv2d with in_channels >= {min_channels}", replace_convs),
-                ("strided nn.MaxPool2d (ceil_mode=False, return_indices=False)", replace_maxpools),
-            )
-            if on
-        ]
-        warn_no_effect(
-            "apply_blurpool",
-            " or ".join(looked_for)
-            or "layer to convert (replace_convs and replace_maxpools are both False)",
-        )
     return model

@@ -11,6 +11,7 @@ import numbers
 import torch
 
 from functional._checks import (
+    check_bool,
     check_generator,
     check_int,
     check_ndim,
@@ -117,8 +118,7 @@ def cutout(
     """
     check_ndim(X, "X", (3, 4), "(B, C, H, W) or (C, H, W)")
     n_holes = check_int(n_holes, "n_holes", minimum=1)
-    if not isinstance(per_sample, bool):
-        raise TypeError(f"per_sample must be a bool, got {type(per_sample).__name__}")
+    check_bool(per_sample, "per_sample")
     check_generator(generator)
     height, width = X.shape[-2:]
     side = _hole_side(length, height, width)

@@ -12,33 +12,21 @@ from __future__ import annotations
 
 import contextlib
 import math
-import numbers
 
 import torch
 from torch import nn
 
-from functional._checks import check_int, check_module, warn_no_effect
-from surgery import replace_module_classes
-from surgery._types import OptimizerArg, ReplacementFunction
+from functional._checks import (
+    accumulation_dtype,
+    check_bool,
+    check_int,
+    check_module,
+    latent_size,
+    replace_chosen,
+)
+from surgery._types import OptimizerArg
 
 __all__ = ["FactorizedConv2d", "FactorizedLinear", "apply_factorization"]
-
-
-def _latent_size(latent: float, in_size: int, out_size: int, name: str) -> int:
-    """An absolute size (int >= 1) or a fraction in (0, 1) of min(in, out), at least 1."""
-    if isinstance(latent, bool) or not isinstance(latent, numbers.Real):
-        raise TypeError(
-            f"{name} must be an int >= 1 or a float in (0, 1), got {type(latent).__name__}"
-        )
-    if 0 < latent < 1:
-        return max(1, int(latent * min(in_size, out_size)))
-    if latent >= 1 and float(latent).is_integer():
-        return int(latent)
-    raise ValueError(f"{name} must be an int >= 1 or a float in (0, 1), got {latent}")
-
-
-def _check_latent(latent: float, name: str) -> None:
-    _latent_size(latent, 1, 1, name)
 
 
 def _max_rank_with_speedup(fan_in: int, fan_out: int) -> int:
@@ -63,7 +51,7 @@ def _one_cpu_thread(device: torch.device):
 
 def _svd_factors(matrix: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor, float]:
     """(U_r √S_r, √S_r V_rᵀ, relative Frobenius error) of a (out, in) matrix, in its dtype."""
-    work = matrix.detach().to(torch.float64 if matrix.dtype == torch.float64 else torch.float32)
+    work = matrix.detach().to(accumulation_dtype(matrix.dtype))
     wide = work.shape[0] < work.shape[1]
     with _one_cpu_thread(work.device):
         # Decompose the tall orientation (LAPACK is much faster on it), then transpose back.
@@ -97,6 +85,13 @@ class _Factorized(nn.Module):
 
     def _dense_weight(self) -> torch.Tensor:
         raise NotImplementedError
+
+    def _adopt(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        """Fill a layer built on the meta device from the dense ``weight``; reuse ``bias``."""
+        for factor in (self.module0, self.module1):
+            factor.weight = nn.Parameter(torch.empty_like(factor.weight, device=weight.device))
+        self.module1.bias = bias
+        self._set_from_dense(weight)
 
     def _set_from_dense(self, weight: torch.Tensor) -> None:
         left, right, error = _svd_factors(weight.reshape(weight.shape[0], -1), self.latent_size)
@@ -168,8 +163,8 @@ class FactorizedConv2d(_Factorized):
         dtype=None,
     ) -> None:
         super().__init__()
-        self.latent_size = _latent_size(
-            latent_channels, in_channels, out_channels, "latent_channels"
+        self.latent_size = latent_size(
+            latent_channels, "latent_channels", min(in_channels, out_channels)
         )
         self.module0 = nn.Conv2d(
             in_channels,
@@ -225,14 +220,7 @@ class FactorizedConv2d(_Factorized):
             device="meta",
             dtype=conv.weight.dtype,
         )
-        new.module0.weight = nn.Parameter(
-            torch.empty_like(new.module0.weight, device=conv.weight.device)
-        )
-        new.module1.weight = nn.Parameter(
-            torch.empty_like(new.module1.weight, device=conv.weight.device)
-        )
-        new.module1.bias = conv.bias
-        new._set_from_dense(conv.weight)
+        new._adopt(conv.weight, conv.bias)
         return new
 
     def _dense_weight(self) -> torch.Tensor:
@@ -273,8 +261,8 @@ class FactorizedLinear(_Factorized):
         dtype=None,
     ) -> None:
         super().__init__()
-        self.latent_size = _latent_size(
-            latent_features, in_features, out_features, "latent_features"
+        self.latent_size = latent_size(
+            latent_features, "latent_features", min(in_features, out_features)
         )
         self.module0 = nn.Linear(
             in_features, self.latent_size, bias=False, device=device, dtype=dtype
@@ -314,14 +302,7 @@ class FactorizedLinear(_Factorized):
             device="meta",
             dtype=linear.weight.dtype,
         )
-        new.module0.weight = nn.Parameter(
-            torch.empty_like(new.module0.weight, device=linear.weight.device)
-        )
-        new.module1.weight = nn.Parameter(
-            torch.empty_like(new.module1.weight, device=linear.weight.device)
-        )
-        new.module1.bias = linear.bias
-        new._set_from_dense(linear.weight)
+        new._adopt(linear.weight, linear.bias)
         return new
 
     def _dense_weight(self) -> torch.Tensor:
@@ -387,16 +368,12 @@ def apply_factorization(
         another of lower rank", Psychometrika 1936.
     """
     check_module(model)
-    for name, value in (
-        ("factorize_convs", factorize_convs),
-        ("factorize_linears", factorize_linears),
-    ):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    check_bool(factorize_convs, "factorize_convs")
+    check_bool(factorize_linears, "factorize_linears")
     min_channels = check_int(min_channels, "min_channels", minimum=1)
     min_features = check_int(min_features, "min_features", minimum=1)
-    _check_latent(latent_channels, "latent_channels")
-    _check_latent(latent_features, "latent_features")
+    latent_size(latent_channels, "latent_channels", 1)  # validates the values
+    latent_size(latent_features, "latent_features", 1)
 
     # The factors of an earlier factorization are plain layers: never factorize them again.
     factors = {id(m) for f in model.modules() if isinstance(f, _Factorized) for m in f.modules()}
@@ -410,7 +387,9 @@ def apply_factorization(
         ):
             return None
         fan_in = conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1]
-        rank = _latent_size(latent_channels, conv.in_channels, conv.out_channels, "latent_channels")
+        rank = latent_size(
+            latent_channels, "latent_channels", min(conv.in_channels, conv.out_channels)
+        )
         if rank > _max_rank_with_speedup(fan_in, conv.out_channels):
             return None
         return FactorizedConv2d.from_conv2d(conv, latent_channels=rank)
@@ -419,44 +398,32 @@ def apply_factorization(
         assert isinstance(linear, nn.Linear)
         if id(linear) in factors or min(linear.in_features, linear.out_features) < min_features:
             return None
-        rank = _latent_size(
-            latent_features, linear.in_features, linear.out_features, "latent_features"
+        rank = latent_size(
+            latent_features, "latent_features", min(linear.in_features, linear.out_features)
         )
         if rank > _max_rank_with_speedup(linear.in_features, linear.out_features):
             return None
         return FactorizedLinear.from_linear(linear, latent_features=rank)
 
-    policies: dict[type[nn.Module], ReplacementFunction] = {}
-    if factorize_convs:
-        policies[nn.Conv2d] = convert_conv
-    if factorize_linears:
-        policies[nn.Linear] = convert_linear
-    replaced = replace_module_classes(
+    replace_chosen(
         model,
-        policies,
-        optimizers=optimizers,
-        exact_type=True,
+        "apply_factorization",
+        [
+            (
+                factorize_convs,
+                nn.Conv2d,
+                convert_conv,
+                f"nn.Conv2d (groups=1) with min(in_channels, out_channels) >= {min_channels}",
+            ),
+            (
+                factorize_linears,
+                nn.Linear,
+                convert_linear,
+                f"nn.Linear with min(in_features, out_features) >= {min_features}",
+            ),
+        ],
+        optimizers,
+        qualifier=" whose factorization at the requested rank saves multiply-adds",
+        none_chosen="layer to factorize (factorize_convs and factorize_linears are both False)",
     )
-    if not replaced:
-        looked_for = [
-            what
-            for what, on in (
-                (
-                    f"nn.Conv2d (groups=1) with min(in_channels, out_channels) >= {min_channels}",
-                    factorize_convs,
-                ),
-                (
-                    f"nn.Linear with min(in_features, out_features) >= {min_features}",
-                    factorize_linears,
-                ),
-            )
-            if on
-        ]
-        warn_no_effect(
-            "apply_factorization",
-            " or ".join(looked_for)
-            + " whose factorization at the requested rank saves multiply-adds"
-            if looked_for
-            else "layer to factorize (factorize_convs and factorize_linears are both False)",
-        )
     return model

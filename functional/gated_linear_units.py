@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from functional._checks import check_generator, check_module, warn_no_effect
+from functional._checks import check_bool, check_generator, check_module, warn_no_effect
 from functional._transformer_layers import (
     ModularTransformerEncoderLayer,
     disable_nested_tensor,
@@ -172,12 +172,6 @@ def _resolve_activation(act_fn: object) -> Activation | None:
     return act_fn  # type: ignore[return-value]
 
 
-def _check_bool(value: object, name: str, *, allow_none: bool = False) -> None:
-    if not (isinstance(value, bool) or (allow_none and value is None)):
-        allowed = "a bool or None" if allow_none else "a bool"
-        raise TypeError(f"{name} must be {allowed}, got {type(value).__name__}")
-
-
 def apply_gated_linear_units(
     model: nn.Module,
     optimizers: OptimizerArg = None,
@@ -243,8 +237,8 @@ def apply_gated_linear_units(
     check_unwrapped(model)
     opts = as_optimizer_list(optimizers)
     activation = _resolve_activation(act_fn)
-    _check_bool(gated_layer_bias, "gated_layer_bias")
-    _check_bool(non_gated_layer_bias, "non_gated_layer_bias", allow_none=True)
+    check_bool(gated_layer_bias, "gated_layer_bias")
+    check_bool(non_gated_layer_bias, "non_gated_layer_bias", allow_none=True)
     check_generator(generator)
 
     bert_intermediate = _bert_intermediate_class()

@@ -11,7 +11,12 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from functional._checks import check_one_of, check_positive, group_by_device_and_dtype
+from functional._checks import (
+    accumulation_dtype,
+    check_one_of,
+    check_positive,
+    group_by_device_and_dtype,
+)
 
 __all__ = ["apply_gradient_clipping"]
 
@@ -37,10 +42,6 @@ def _as_parameter_list(parameters: object) -> list[torch.Tensor]:
         if not isinstance(p, torch.Tensor):
             raise TypeError(f"parameters[{i}] must be a torch.Tensor, got {type(p).__name__}")
     return params
-
-
-def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
-    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
 
 
 def _row_dims(t: torch.Tensor) -> tuple[int, ...]:
@@ -113,7 +114,7 @@ def _adaptive_clip_(
     out_dtype = torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
     total_sq = []
     for (device, dtype), (ps, gs) in group_by_device_and_dtype(params, grads).items():
-        acc = _accumulation_dtype(dtype)
+        acc = accumulation_dtype(dtype)
         if device.type in _CACHE_FRIENDLY_DEVICES:
             sq = _clip_cache_friendly_(ps, gs, threshold, acc)
         else:

@@ -50,7 +50,53 @@ def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     return None if t is None else t.to(dtype)
 
 
-class LowPrecisionLayerNorm(nn.LayerNorm):
+class _LowPrecisionNorm(nn.Module):
+    """What the two layers share; mixed in before the norm class (``nn.LayerNorm``, ...).
+
+    A subclass names its plain norm class in ``_plain`` and its functional op in
+    ``_normalize(input, weight, bias)``.
+    """
+
+    low_precision_dtype: torch.dtype
+    _plain: type[nn.Module]
+
+    def __init__(self, *args, low_precision_dtype: torch.dtype = torch.bfloat16, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        _check_dtype(low_precision_dtype)
+        self.low_precision_dtype = low_precision_dtype
+
+    @classmethod
+    def _share(cls, norm: nn.Module, name: str, low_precision_dtype: torch.dtype):
+        """A ``cls`` sharing ``norm``'s Parameters (no copy); ``name`` is the argument's."""
+        if not isinstance(norm, cls._plain):
+            raise TypeError(
+                f"{name} must be an nn.{cls._plain.__name__}, got {type(norm).__name__}"
+            )
+        _check_dtype(low_precision_dtype)
+        new = clone_module_as(norm, cls)
+        new.low_precision_dtype = low_precision_dtype
+        return new
+
+    def _normalize(
+        self, input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not _autocast_on(input):
+            return super().forward(input)
+        dtype = self.low_precision_dtype
+        with torch.autocast(device_type=input.device.type, enabled=False):
+            out = self._normalize(
+                input.to(dtype), _cast(self.weight, dtype), _cast(self.bias, dtype)
+            )
+        return out.to(input.dtype)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", low_precision_dtype={self.low_precision_dtype}"
+
+
+class LowPrecisionLayerNorm(_LowPrecisionNorm, nn.LayerNorm):
     """``nn.LayerNorm`` computed in ``low_precision_dtype`` while autocast is enabled.
 
     Under autocast on the input's device, the input, weight and bias are cast to
@@ -70,44 +116,22 @@ class LowPrecisionLayerNorm(nn.LayerNorm):
         torch.float32
     """
 
-    low_precision_dtype: torch.dtype
-
-    def __init__(self, *args, low_precision_dtype: torch.dtype = torch.bfloat16, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        _check_dtype(low_precision_dtype)
-        self.low_precision_dtype = low_precision_dtype
+    _plain = nn.LayerNorm
 
     @classmethod
     def from_layernorm(
         cls, ln: nn.LayerNorm, low_precision_dtype: torch.dtype
     ) -> LowPrecisionLayerNorm:
         """A ``LowPrecisionLayerNorm`` sharing ``ln``'s Parameters (no copy)."""
-        if not isinstance(ln, nn.LayerNorm):
-            raise TypeError(f"ln must be an nn.LayerNorm, got {type(ln).__name__}")
-        _check_dtype(low_precision_dtype)
-        new = clone_module_as(ln, cls)
-        new.low_precision_dtype = low_precision_dtype
-        return new
+        return cls._share(ln, "ln", low_precision_dtype)
 
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if not _autocast_on(input):
-            return super().forward(input)
-        dtype = self.low_precision_dtype
-        with torch.autocast(device_type=input.device.type, enabled=False):
-            out = F.layer_norm(
-                input.to(dtype),
-                self.normalized_shape,
-                _cast(self.weight, dtype),
-                _cast(self.bias, dtype),
-                self.eps,
-            )
-        return out.to(input.dtype)
-
-    def extra_repr(self) -> str:
-        return super().extra_repr() + f", low_precision_dtype={self.low_precision_dtype}"
+    def _normalize(
+        self, input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        return F.layer_norm(input, self.normalized_shape, weight, bias, self.eps)
 
 
-class LowPrecisionGroupNorm(nn.GroupNorm):
+class LowPrecisionGroupNorm(_LowPrecisionNorm, nn.GroupNorm):
     """``nn.GroupNorm`` computed in ``low_precision_dtype`` while autocast is enabled.
 
     See :class:`LowPrecisionLayerNorm`.
@@ -122,41 +146,19 @@ class LowPrecisionGroupNorm(nn.GroupNorm):
         torch.float32
     """
 
-    low_precision_dtype: torch.dtype
-
-    def __init__(self, *args, low_precision_dtype: torch.dtype = torch.bfloat16, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        _check_dtype(low_precision_dtype)
-        self.low_precision_dtype = low_precision_dtype
+    _plain = nn.GroupNorm
 
     @classmethod
     def from_groupnorm(
         cls, gn: nn.GroupNorm, low_precision_dtype: torch.dtype
     ) -> LowPrecisionGroupNorm:
         """A ``LowPrecisionGroupNorm`` sharing ``gn``'s Parameters (no copy)."""
-        if not isinstance(gn, nn.GroupNorm):
-            raise TypeError(f"gn must be an nn.GroupNorm, got {type(gn).__name__}")
-        _check_dtype(low_precision_dtype)
-        new = clone_module_as(gn, cls)
-        new.low_precision_dtype = low_precision_dtype
-        return new
+        return cls._share(gn, "gn", low_precision_dtype)
 
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if not _autocast_on(input):
-            return super().forward(input)
-        dtype = self.low_precision_dtype
-        with torch.autocast(device_type=input.device.type, enabled=False):
-            out = F.group_norm(
-                input.to(dtype),
-                self.num_groups,
-                _cast(self.weight, dtype),
-                _cast(self.bias, dtype),
-                self.eps,
-            )
-        return out.to(input.dtype)
-
-    def extra_repr(self) -> str:
-        return super().extra_repr() + f", low_precision_dtype={self.low_precision_dtype}"
+    def _normalize(
+        self, input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        return F.group_norm(input, self.num_groups, weight, bias, self.eps)
 
 
 def _apply(

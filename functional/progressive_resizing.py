@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from functional._checks import (
     cast_result,
+    check_bool,
     check_generator,
     check_in_range,
     check_ndim,
@@ -132,8 +133,7 @@ def resize_inputs(
     """
     check_ndim(X, "X", 4, "(B, C, H, W)")
     check_one_of(mode, "mode", ("resize", "crop"))
-    if not isinstance(resize_targets, bool):
-        raise TypeError(f"resize_targets must be a bool, got {type(resize_targets).__name__}")
+    check_bool(resize_targets, "resize_targets")
     check_generator(generator)
     if mode == "crop":
         scale = check_in_range(scale_factor, "scale_factor", 0.0, 1.0, low_inclusive=False)

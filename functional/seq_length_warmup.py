@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import torch
 
-from functional._checks import check_in_range, check_int
+from functional._checks import check_bool, check_in_range, check_int
 
 __all__ = ["apply_seq_length_warmup", "seq_length_warmup_length"]
 
@@ -110,8 +110,7 @@ def apply_seq_length_warmup(
             f"batch must be a mapping of names to tensors (B, L, ...), got {type(batch).__name__}"
         )
     curr_seq_len = check_int(curr_seq_len, "curr_seq_len", minimum=1)
-    if not isinstance(truncate, bool):
-        raise TypeError(f"truncate must be a bool, got {type(truncate).__name__}")
+    check_bool(truncate, "truncate")
     lengths = {}
     for key, value in batch.items():
         if isinstance(value, torch.Tensor):

@@ -7,33 +7,21 @@ by one, keeping the convolution's parameter names so checkpoints keep loading; `
 
 from __future__ import annotations
 
-import numbers
-
 import torch
 from torch import nn
 
-from functional._checks import check_int, check_module, clone_module_as, warn_no_effect
+from functional._checks import (
+    check_int,
+    check_module,
+    clone_module_as,
+    latent_size,
+    warn_no_effect,
+)
 from surgery import replace_module_classes
 from surgery._types import OptimizerArg
 from surgery.checkpoint import fill_missing_entries
 
 __all__ = ["SqueezeExcite2d", "SqueezeExciteConv2d", "apply_se", "apply_squeeze_excite"]
-
-
-def _latent_size(latent_channels: float, num_features: int) -> int:
-    """An absolute width (>= 1), or a fraction (< 1) of ``num_features`` rounded down, at least 1."""
-    if isinstance(latent_channels, bool) or not isinstance(latent_channels, numbers.Real):
-        raise TypeError(f"latent_channels must be a number, got {type(latent_channels).__name__}")
-    if not latent_channels > 0:
-        raise ValueError(f"latent_channels must be > 0, got {latent_channels}")
-    if latent_channels < 1:
-        return max(1, int(latent_channels * num_features))
-    if latent_channels != int(latent_channels):
-        raise ValueError(
-            f"latent_channels must be an integer when >= 1 (a fraction when < 1), "
-            f"got {latent_channels}"
-        )
-    return int(latent_channels)
 
 
 class SqueezeExcite2d(nn.Module):
@@ -67,7 +55,7 @@ class SqueezeExcite2d(nn.Module):
     ) -> None:
         super().__init__()
         num_features = check_int(num_features, "num_features", minimum=1)
-        latent = _latent_size(latent_channels, num_features)
+        latent = latent_size(latent_channels, "latent_channels", num_features)
         self.fc1 = nn.Linear(num_features, latent, device=device, dtype=dtype)
         self.fc2 = nn.Linear(latent, num_features, device=device, dtype=dtype)
 
@@ -180,7 +168,7 @@ def apply_se(
         Hu, Shen, Albanie, Sun and Wu, "Squeeze-and-Excitation Networks", CVPR 2018.
     """
     check_module(model)
-    _latent_size(latent_channels, 1)  # validates the value
+    latent_size(latent_channels, "latent_channels", 1)  # validates the value
     min_channels = check_int(min_channels, "min_channels", minimum=0)
 
     def convert(conv: nn.Module, _index: int) -> nn.Module | None:

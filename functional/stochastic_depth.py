@@ -26,6 +26,7 @@ from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
 from functional._checks import (
+    check_bool,
     check_int,
     check_module,
     check_one_of,
@@ -203,13 +204,36 @@ class StochasticBlock(nn.Module):
                 value += shortcut
                 return value
             return value + shortcut
-        return torch.add(shortcut, value, alpha=scale) if isinstance(scale, float) else torch.addcmul(shortcut, value, scale)
+        return (
+            torch.add(shortcut, value, alpha=scale)
+            if isinstance(scale, float)
+            else torch.addcmul(shortcut, value, scale)
+        )
 
     def extra_repr(self) -> str:
         return f"drop_rate={self.drop_rate:.4g}, stochastic_method={self.stochastic_method!r}"
 
 
-class StochasticBottleneck(StochasticBlock, Bottleneck):
+class _TorchvisionResidual(StochasticBlock):
+    """The constructor and forward of the stochastic torchvision ResNet blocks; a subclass,
+    mixed in before the torchvision block, computes the residual branch in ``_branch``."""
+
+    def __init__(
+        self, *args, drop_rate: float = 0.2, stochastic_method: str = "block", **kwargs
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._init_stochastic(drop_rate, stochastic_method)
+
+    def _branch(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        # not self.relu (in place): a dropped block returns relu(identity), and identity may be x
+        return torch.relu(self._add(identity, lambda: self._branch(x), in_place=True))
+
+
+class StochasticBottleneck(_TorchvisionResidual, Bottleneck):
     """torchvision's ResNet ``Bottleneck`` with stochastic depth on its residual branch.
 
     Training: ``relu(shortcut(x) + m · branch(x))`` with ``m = 0`` with probability ``p`` and
@@ -234,24 +258,13 @@ class StochasticBottleneck(StochasticBlock, Bottleneck):
         Huang, Sun, Liu, Sedra and Weinberger, "Deep Networks with Stochastic Depth", ECCV 2016.
     """
 
-    def __init__(
-        self, *args, drop_rate: float = 0.2, stochastic_method: str = "block", **kwargs
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self._init_stochastic(drop_rate, stochastic_method)
-
     def _branch(self, x: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
         return self.bn3(self.conv3(out))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.downsample is None else self.downsample(x)
-        # not self.relu (in place): a dropped block returns relu(identity), and identity may be x
-        return torch.relu(self._add(identity, lambda: self._branch(x), in_place=True))
 
-
-class StochasticBasicBlock(StochasticBlock, BasicBlock):
+class StochasticBasicBlock(_TorchvisionResidual, BasicBlock):
     """torchvision's ResNet ``BasicBlock`` with stochastic depth on its residual branch.
 
     See :class:`StochasticBottleneck` and :func:`apply_stochastic_depth`.
@@ -269,18 +282,8 @@ class StochasticBasicBlock(StochasticBlock, BasicBlock):
         Huang, Sun, Liu, Sedra and Weinberger, "Deep Networks with Stochastic Depth", ECCV 2016.
     """
 
-    def __init__(
-        self, *args, drop_rate: float = 0.2, stochastic_method: str = "block", **kwargs
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self._init_stochastic(drop_rate, stochastic_method)
-
     def _branch(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.downsample is None else self.downsample(x)
-        return torch.relu(self._add(identity, lambda: self._branch(x), in_place=True))
 
 
 STOCHASTIC_BLOCKS: dict[str, tuple[type[nn.Module], type[StochasticBlock]]] = {
@@ -405,8 +408,7 @@ def apply_stochastic_depth(
     check_one_of(target_layer_name, "target_layer_name", sorted(STOCHASTIC_BLOCKS))
     drop_rate = check_probability(drop_rate, "drop_rate")
     check_one_of(drop_distribution, "drop_distribution", _DISTRIBUTIONS)
-    if not isinstance(use_same_gpu_seed, bool):
-        raise TypeError(f"use_same_gpu_seed must be a bool, got {type(use_same_gpu_seed).__name__}")
+    check_bool(use_same_gpu_seed, "use_same_gpu_seed")
     if seed is not None:
         seed = check_int(seed, "seed", minimum=0)
 

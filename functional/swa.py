@@ -16,6 +16,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.optim.swa_utils import SWALR, AveragedModel, update_bn
 
 from functional._checks import (
+    check_bool,
     check_in_range,
     check_int,
     check_module,
@@ -171,8 +172,7 @@ class SWA:
             ):
                 raise ValueError("scheduler must drive the same optimizer as the one passed to SWA")
         self.scheduler = scheduler
-        if not isinstance(use_buffers, bool):
-            raise TypeError(f"use_buffers must be a bool, got {type(use_buffers).__name__}")
+        check_bool(use_buffers, "use_buffers")
         self.device = None if device is None else torch.device(device)
         self.use_buffers = use_buffers
         self.steps_done = 0

@@ -9,7 +9,7 @@ import torch.fx
 from torch import nn
 from torch.nn.utils import parametrize
 
-from functional._checks import check_int, check_module, warn_no_effect
+from functional._checks import accumulation_dtype, check_int, check_module, warn_no_effect
 
 __all__ = ["WeightStandardizer", "apply_weight_standardization"]
 
@@ -49,7 +49,7 @@ class WeightStandardizer(nn.Module):
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         dims = tuple(range(1, weight.ndim))
-        work = weight if weight.dtype in (torch.float32, torch.float64) else weight.float()
+        work = weight.to(accumulation_dtype(weight.dtype))
         var, mean = torch.var_mean(work, dim=dims, keepdim=True, correction=0)
         return ((work - mean) * torch.rsqrt(var + self.eps)).to(weight.dtype)
 

@@ -30,7 +30,9 @@ class NoEffectWarning(UserWarning):
     """
 
 
-def as_optimizer_list(optimizers: OptimizerArg, *, argument: str = "optimizers") -> list[torch.optim.Optimizer]:
+def as_optimizer_list(
+    optimizers: OptimizerArg, *, argument: str = "optimizers"
+) -> list[torch.optim.Optimizer]:
     """Normalise ``None``, one optimizer or a sequence of optimizers into a list, checking types."""
     if optimizers is None:
         return []

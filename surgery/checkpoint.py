@@ -24,7 +24,9 @@ __all__ = ["fill_missing_entries", "remap_state_dict"]
 HOOK_NAME = "surgery_remap_state_dict"
 
 
-def remap_state_dict(state_dict: Mapping[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
+def remap_state_dict(
+    state_dict: Mapping[str, torch.Tensor], model: nn.Module
+) -> dict[str, torch.Tensor]:
     """Translate a checkpoint saved before surgery into the layout of the transformed ``model``.
 
     Returns a new ordered dict (the input is not modified) ready for ``model.load_state_dict``.
@@ -42,7 +44,9 @@ def remap_state_dict(state_dict: Mapping[str, torch.Tensor], model: nn.Module) -
         ['0.bias', '0.weight']
     """
     if not isinstance(state_dict, Mapping):
-        raise TypeError(f"state_dict must be a mapping of str -> Tensor, got {type(state_dict).__name__}")
+        raise TypeError(
+            f"state_dict must be a mapping of str -> Tensor, got {type(state_dict).__name__}"
+        )
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     remapped: OrderedDict[str, torch.Tensor] = OrderedDict(state_dict)

@@ -115,7 +115,9 @@ def replace_module_classes(
     if indices is None:
         indices = {}
     elif not isinstance(indices, MutableMapping):
-        raise TypeError(f"indices must be a dict of class -> int or None, got {type(indices).__name__}")
+        raise TypeError(
+            f"indices must be a dict of class -> int or None, got {type(indices).__name__}"
+        )
 
     replaced: dict[nn.Module, nn.Module] = {}
     decision: dict[int, nn.Module | None] = {id(model): None}

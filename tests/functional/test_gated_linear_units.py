@@ -14,6 +14,7 @@ import functional as fn
 from functional._transformer_layers import ModularTransformerEncoderLayer
 from functional.gated_linear_units import GatedLinear
 from surgery import NoEffectWarning, remap_state_dict
+from tests.functional._model_checks import optimizer_ids
 
 transformers = pytest.importorskip("transformers")
 from transformers import BertConfig, BertForMaskedLM  # noqa: E402
@@ -49,10 +50,6 @@ def encoder(batch_first: bool = True, norm_first: bool = False, activation="relu
     )
     nested = batch_first and not norm_first
     return nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=nested).eval()
-
-
-def optimizer_ids(opt):
-    return [id(p) for g in opt.param_groups for p in g["params"]]
 
 
 # ----------------------------------------------------------------------------- the layer

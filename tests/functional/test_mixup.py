@@ -87,6 +87,17 @@ def test_per_sample_lambda_mixes_each_row_by_its_own_weight() -> None:
     torch.testing.assert_close(y_mix, torch.tensor([[0.75, 0.25], [0.5, 0.5]]))
 
 
+def _mixup_with(**kwargs):
+    """``mixup_batch`` on a valid 4-sample call, with ``kwargs`` replacing its arguments."""
+    args = {
+        "x": torch.rand(4, 3),
+        "y": torch.arange(4),
+        "interpolation_lambda": 0.3,
+        "n_classes": 4,
+    }
+    return F.mixup_batch(**{**args, **kwargs})
+
+
 @pytest.mark.parametrize(
     "kwargs,match",
     [
@@ -106,15 +117,8 @@ def test_per_sample_lambda_mixes_each_row_by_its_own_weight() -> None:
     ],
 )
 def test_bad_arguments_raise_value_error(kwargs, match) -> None:
-    args = {
-        "x": torch.rand(4, 3),
-        "y": torch.arange(4),
-        "interpolation_lambda": 0.3,
-        "n_classes": 4,
-    }
-    args.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        F.mixup_batch(**args)
+        _mixup_with(**kwargs)
 
 
 @pytest.mark.parametrize(
@@ -128,12 +132,5 @@ def test_bad_arguments_raise_value_error(kwargs, match) -> None:
     ],
 )
 def test_bad_types_raise_type_error(kwargs, match) -> None:
-    args = {
-        "x": torch.rand(4, 3),
-        "y": torch.arange(4),
-        "interpolation_lambda": 0.3,
-        "n_classes": 4,
-    }
-    args.update(kwargs)
     with pytest.raises(TypeError, match=match):
-        F.mixup_batch(**args)
+        _mixup_with(**kwargs)

@@ -33,9 +33,10 @@ def test_block_matches_its_definition():
 @pytest.mark.parametrize(
     ("latent", "error", "match"),
     [
-        (0, ValueError, "latent_channels must be > 0"),
-        (2.5, ValueError, "must be an integer"),
-        ("8", TypeError, "latent_channels must be a number"),
+        (0, ValueError, r"latent_channels must be an int >= 1 or a float in \(0, 1\), got 0"),
+        (2.5, ValueError, r"latent_channels must be an int >= 1 .*, got 2.5"),
+        (float("inf"), ValueError, r"latent_channels must be an int >= 1 .*, got inf"),
+        ("8", TypeError, r"latent_channels must be an int >= 1 or a float in \(0, 1\), got str"),
     ],
 )
 def test_latent_validation(latent, error, match):

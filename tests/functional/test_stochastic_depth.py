@@ -125,7 +125,9 @@ def test_kept_branches_are_scaled_by_the_inverse_keep_probability():
 
 def test_dropped_block_skips_its_branch():
     model = torchvision.models.resnet18()
-    apply_stochastic_depth(model, "block", "ResNetBasicBlock", drop_rate=1.0, drop_distribution="uniform")
+    apply_stochastic_depth(
+        model, "block", "ResNetBasicBlock", drop_rate=1.0, drop_distribution="uniform"
+    )
     calls = []
     model.layer2[1].conv1.register_forward_hook(lambda *args: calls.append(1))
     model.train()(torch.randn(*X)).sum().backward()

@@ -30,7 +30,6 @@ class TwoFactorLinear(nn.Module):
             state_dict[prefix + "down"] = torch.eye(old.shape[1], dtype=old.dtype)
 
 
-
 def test_preserved_keys_load_as_they_are():
     model = small_net()
     checkpoint = {k: v.clone() for k, v in model.state_dict().items()}
@@ -80,5 +79,5 @@ def test_fill_missing_entries_uses_current_values():
 def test_validation():
     with pytest.raises(TypeError, match="state_dict must be a mapping"):
         remap_state_dict([1], small_net())
-    with pytest.raises(TypeError, match="model must be an nn.Module"):
+    with pytest.raises(TypeError, match=r"model must be an nn\.Module"):
         remap_state_dict({}, "model")

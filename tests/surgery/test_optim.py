@@ -117,7 +117,9 @@ def test_state_dict_round_trips_after_surgery():
     model = small_net()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     train_step(model, opt)
-    replace_module_classes(model, {nn.Conv2d: to_scaled_conv, nn.Linear: fresh_linear}, optimizers=opt)
+    replace_module_classes(
+        model, {nn.Conv2d: to_scaled_conv, nn.Linear: fresh_linear}, optimizers=opt
+    )
     train_step(model, opt)
     saved = opt.state_dict()
     # a fresh optimizer over the transformed model has the same layout and loads the state
@@ -167,7 +169,10 @@ class TestUpdateParamsInOptimizer:
 
     def test_accepts_several_optimizers_and_none(self):
         a, b = nn.Parameter(torch.randn(2)), nn.Parameter(torch.randn(2))
-        o1, o2 = torch.optim.SGD([a], lr=0.1), torch.optim.SGD([nn.Parameter(torch.ones(1))], lr=0.1)
+        o1, o2 = (
+            torch.optim.SGD([a], lr=0.1),
+            torch.optim.SGD([nn.Parameter(torch.ones(1))], lr=0.1),
+        )
         update_params_in_optimizer([a], [b], [o1, o2])
         assert o1.param_groups[0]["params"] == [b]
         update_params_in_optimizer([a], [b], None)

@@ -278,13 +278,13 @@ class TestRefusals:
     def test_policies_must_be_a_mapping_of_module_classes(self):
         with pytest.raises(TypeError, match="policies must be a mapping"):
             replace_module_classes(small_net(), [(nn.ReLU, lambda m, i: None)])
-        with pytest.raises(TypeError, match="keys must be nn.Module subclasses"):
+        with pytest.raises(TypeError, match=r"keys must be nn\.Module subclasses"):
             replace_module_classes(small_net(), {int: lambda m, i: None})
         with pytest.raises(TypeError, match="must be callable"):
             replace_module_classes(small_net(), {nn.ReLU: "gelu"})
 
     def test_model_must_be_a_module(self):
-        with pytest.raises(TypeError, match="model must be an nn.Module"):
+        with pytest.raises(TypeError, match=r"model must be an nn\.Module"):
             replace_module_classes("resnet", {nn.ReLU: lambda m, i: None})
 
     def test_optimizers_type_checked(self):
@@ -369,8 +369,10 @@ def test_linear_cost_on_a_3000_block_model():
     model = nn.Sequential(*[nn.Sequential(nn.Linear(2, 2), nn.ReLU()) for _ in range(3000)])
     opt = torch.optim.Adam(model.parameters())
     mapping = replace_module_classes(
-        model, {nn.Linear: lambda m, i: nn.Linear(2, 2) if type(m) is nn.Linear else None},
-        optimizers=opt, exact_type=True,
+        model,
+        {nn.Linear: lambda m, i: nn.Linear(2, 2) if type(m) is nn.Linear else None},
+        optimizers=opt,
+        exact_type=True,
     )
     assert len(mapping) == 3000
     assert [id(p) for p in opt.param_groups[0]["params"]] == [id(p) for p in model.parameters()]
