@@ -34,15 +34,26 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", metavar="NAME",
-                        help=f"benchmarks to run (default: all): {', '.join(MODULES)}")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"benchmarks to run (default: all): {', '.join(MODULES)}",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds each")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--output", type=Path, default=RESULTS,
-                        help="markdown file to write (default: benchmarks/RESULTS.md)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads (default: all cores)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=RESULTS,
+        help="markdown file to write (default: benchmarks/RESULTS.md)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: all cores)"
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

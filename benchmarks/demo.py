@@ -68,7 +68,11 @@ def load_digits_tensors(size: int = 32, seed: int = 0):
 
 def small_cnn(width: int = 32) -> nn.Module:
     def block(cin: int, cout: int, stride: int) -> list[nn.Module]:
-        return [nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+        return [
+            nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False),
+            nn.BatchNorm2d(cout),
+            nn.ReLU(),
+        ]
 
     return nn.Sequential(
         *block(1, width, 1),
@@ -109,7 +113,7 @@ class RunResult:
         return self.accuracy[-1]
 
     def time_to(self, target: float) -> float | None:
-        for t, acc in zip(self.seconds, self.accuracy):
+        for t, acc in zip(self.seconds, self.accuracy, strict=True):
             if acc >= target - 1e-9:
                 return t
         return None
@@ -122,7 +126,8 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, channels_last: 
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     correct = sum(
-        (model(x[i : i + 512]).argmax(1) == y[i : i + 512]).sum().item() for i in range(0, len(y), 512)
+        (model(x[i : i + 512]).argmax(1) == y[i : i + 512]).sum().item()
+        for i in range(0, len(y), 512)
     )
     model.train(was_training)
     return correct / len(y)
@@ -182,7 +187,9 @@ def train(
             x, y = random_shift(x_train[idx], gen), y_train[idx]
             progress_fraction = step / total_steps
             if "progressive_resizing" in recipe:
-                scale = F.progressive_resizing_scale(progress_fraction, initial_scale=0.5, finetune_fraction=0.3)
+                scale = F.progressive_resizing_scale(
+                    progress_fraction, initial_scale=0.5, finetune_fraction=0.3
+                )
                 x, _ = F.resize_inputs(x, y, scale, generator=gen)
             if "selective_backprop" in recipe and F.should_selective_backprop(
                 progress_fraction, batch_idx, start=0.2, end=0.7, interrupt=2
@@ -241,13 +248,15 @@ def report(baseline: RunResult, recipe_run: RunResult) -> str:
         )
     header = ["run", "wall-clock (s)", "images/s", "final accuracy", f"time to {target:.4f} (s)"]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    lines = [" | ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines = [" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     lines.append("-+-".join("-" * w for w in widths))
-    lines += [" | ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    lines += [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     base_t, rec_t = baseline.time_to(target), recipe_run.time_to(target)
     if base_t is not None and rec_t is not None:
-        lines.append(f"\nThe recipe reached the baseline's final accuracy {base_t / rec_t:.2f}x sooner "
-                     f"({rec_t:.1f} s vs {base_t:.1f} s).")
+        lines.append(
+            f"\nThe recipe reached the baseline's final accuracy {base_t / rec_t:.2f}x sooner "
+            f"({rec_t:.1f} s vs {base_t:.1f} s)."
+        )
     else:
         lines.append("\nThe recipe did not reach the baseline's final accuracy in this run.")
     return "\n".join(lines)
@@ -262,7 +271,9 @@ def plot(baseline: RunResult, recipe_run: RunResult, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for run in (baseline, recipe_run):
         ax.plot(run.seconds, run.accuracy, marker="o", markersize=3, label=run.name)
-    ax.axhline(baseline.final_accuracy, color="grey", linestyle="--", linewidth=1, label="baseline final")
+    ax.axhline(
+        baseline.final_accuracy, color="grey", linestyle="--", linewidth=1, label="baseline final"
+    )
     ax.set_xlabel("training wall-clock (s)")
     ax.set_ylabel("test accuracy")
     ax.set_title("Digits (sklearn, upsampled to 32x32): accuracy against time")
@@ -289,24 +300,38 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated algorithms (default {','.join(DEFAULT_RECIPE)}; available: {', '.join(ALGORITHMS)})",
     )
     parser.add_argument("--output", type=Path, default=Path("demo_out/accuracy_vs_time.png"))
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: all cores)"
+    )
     parser.add_argument("--no-progress", action="store_true")
-    parser.add_argument("--train-limit", type=int, default=None, help=argparse.SUPPRESS)  # smoke tests
+    parser.add_argument(
+        "--train-limit", type=int, default=None, help=argparse.SUPPRESS
+    )  # smoke tests
     args = parser.parse_args(argv)
     recipe = tuple(a for a in args.recipe.split(",") if a)
     unknown = [a for a in recipe if a not in ALGORITHMS]
     if unknown:
-        parser.error(f"unknown algorithm(s) {', '.join(unknown)}; choose from {', '.join(ALGORITHMS)}")
+        parser.error(
+            f"unknown algorithm(s) {', '.join(unknown)}; choose from {', '.join(ALGORITHMS)}"
+        )
     if args.threads:
         torch.set_num_threads(args.threads)
 
     data = load_digits_tensors()
     if args.train_limit:
         data = (data[0][: args.train_limit], data[1][: args.train_limit], *data[2:])
-    print(f"digits: {len(data[1])} train / {len(data[3])} test images, 32x32; device {args.device}; "
-          f"recipe: {', '.join(recipe)}")
-    common = dict(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, device=args.device,
-                  seed=args.seed, progress=not args.no_progress)
+    print(
+        f"digits: {len(data[1])} train / {len(data[3])} test images, 32x32; device {args.device}; "
+        f"recipe: {', '.join(recipe)}"
+    )
+    common = dict(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        device=args.device,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
     baseline = train("baseline", (), data, **common)
     recipe_run = train("recipe", recipe, data, **common)
     print()

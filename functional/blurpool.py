@@ -518,9 +518,9 @@ class BlurPool2d(nn.Module):
     ``channels=0`` it adapts to the input's channel count.
 
     Args:
-        channels: number of input channels, or 0 to accept any.
         stride: downsampling factor along H and W (int or pair).
         padding: must be 1 (accepted for Composer compatibility; see :func:`blur_2d`).
+        channels: number of input channels, or 0 to accept any (keyword only).
 
     Shape:
         - Input: (B, C, H, W)
@@ -537,7 +537,7 @@ class BlurPool2d(nn.Module):
     blur_filter: torch.Tensor
 
     def __init__(
-        self, channels: int = 0, stride: int | tuple[int, int] = 2, padding: int = 1
+        self, stride: int | tuple[int, int] = 2, padding: int = 1, *, channels: int = 0
     ) -> None:
         super().__init__()
         self.channels = check_int(channels, "channels", minimum=0)

@@ -40,5 +40,8 @@ def test_demo_runs_end_to_end(tmp_path):
     from benchmarks import demo
 
     plot = tmp_path / "plot.png"
-    assert demo.main(["--epochs", "1", "--no-progress", "--train-limit", "256", "--output", str(plot)]) == 0
+    assert (
+        demo.main(["--epochs", "1", "--no-progress", "--train-limit", "256", "--output", str(plot)])
+        == 0
+    )
     assert plot.stat().st_size > 0

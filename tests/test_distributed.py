@@ -37,7 +37,7 @@ TIMEOUT_S = 120.0
 # --------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -74,7 +74,7 @@ def launch(scenario: Callable[[int, int], None], world_size: int = WORLD_SIZE) -
     """Run ``scenario(rank, world_size)`` on ``world_size`` spawned ranks; raise if any fails."""
     context = mp.start_processes(
         _rank_main,
-        args=(scenario, _free_port(), world_size),
+        args=(scenario, free_port(), world_size),
         nprocs=world_size,
         join=False,
         start_method="spawn",
@@ -109,7 +109,9 @@ def assert_identical_across_ranks(tensors, what: str = "parameters") -> None:
     for rank, value in enumerate(gathered[1:], start=1):
         if not torch.equal(value, gathered[0]):
             diff = (value - gathered[0]).abs().max().item()
-            raise AssertionError(f"{what} differ between rank 0 and rank {rank} (max |diff| {diff})")
+            raise AssertionError(
+                f"{what} differ between rank 0 and rank {rank} (max |diff| {diff})"
+            )
 
 
 def rank_batch(rank: int, step: int, shape=(8, 3, 16, 16), classes: int = 4):
@@ -134,7 +136,9 @@ def small_cnn(classes: int = 4) -> nn.Module:
     )
 
 
-def ddp_train(model: nn.Module, opt: torch.optim.Optimizer, rank: int, steps: int = 3, **ddp_kwargs):
+def ddp_train(
+    model: nn.Module, opt: torch.optim.Optimizer, rank: int, steps: int = 3, **ddp_kwargs
+):
     ddp = nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
     for step in range(steps):
         x, y = rank_batch(rank, step)
@@ -158,7 +162,9 @@ def scenario_surgery_then_ddp(rank: int, world_size: int) -> None:
     def policy(conv: nn.Module, index: int) -> nn.Module | None:
         if isinstance(conv, Scaled):
             return None
-        new = Scaled(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding)
+        new = Scaled(
+            conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding
+        )
         new.load_state_dict(conv.state_dict())
         return new
 
@@ -207,7 +213,7 @@ def scenario_sam_under_ddp(rank: int, world_size: int) -> None:
     # average of the ranks' gradients, which is what DDP hands SAM
     reference, ref_opt = make()
     for step in range(4):
-        xs, ys = zip(*(data(r, step) for r in range(world_size)))
+        xs, ys = zip(*(data(r, step) for r in range(world_size)), strict=True)
         x, y = torch.cat(xs), torch.cat(ys)
 
         def ref_closure(x=x, y=y):
@@ -242,12 +248,18 @@ def _stochastic_depth_decisions(rank: int, world_size: int, shared: bool) -> Non
 
     model = tiny_resnet()
     F.apply_stochastic_depth(
-        model, "block", "ResNetBasicBlock", drop_rate=0.5, drop_distribution="uniform",
+        model,
+        "block",
+        "ResNetBasicBlock",
+        drop_rate=0.5,
+        drop_distribution="uniform",
         use_same_gpu_seed=shared,
     )
     blocks = [m for m in model.modules() if isinstance(m, StochasticBlock)]
     model.train()
-    decisions = torch.tensor([[b.block_scale() > 0 for b in blocks] for _ in range(16)], dtype=torch.float64)
+    decisions = torch.tensor(
+        [[b.block_scale() > 0 for b in blocks] for _ in range(16)], dtype=torch.float64
+    )
     gathered = gather_flat([decisions])
     same = all(torch.equal(g, gathered[0]) for g in gathered[1:])
     assert same == shared, f"use_same_gpu_seed={shared} but decisions equal across ranks: {same}"
@@ -294,7 +306,11 @@ def scenario_selective_backprop_local_batches(rank: int, world_size: int) -> Non
     for step in range(3):
         x, y = rank_batch(rank, step)
         x_kept, y_kept = F.select_using_loss(
-            x, y, ddp.module, nn.functional.cross_entropy, keep=0.5,
+            x,
+            y,
+            ddp.module,
+            nn.functional.cross_entropy,
+            keep=0.5,
             generator=torch.Generator().manual_seed(rank * 10 + step),
         )
         assert len(y_kept) == len(y) // 2
@@ -350,7 +366,9 @@ def scenario_ema_of_a_ddp_model(rank: int, world_size: int) -> None:
         opt.zero_grad()
         nn.functional.cross_entropy(ddp(x), y).backward()
         opt.step()
-        expected = [0.9 * e + 0.1 * m for e, m in zip(ema.parameters(), model.parameters(), strict=True)]
+        expected = [
+            0.9 * e + 0.1 * m for e, m in zip(ema.parameters(), model.parameters(), strict=True)
+        ]
         F.compute_ema(ddp, ema, smoothing=0.9)
         for got, want in zip(ema.parameters(), expected, strict=True):
             torch.testing.assert_close(got, want)
@@ -376,7 +394,9 @@ def scenario_ema_of_an_fsdp2_model(rank: int, world_size: int) -> None:
     fully_shard = _fully_shard()
     mesh = init_device_mesh("cpu", (world_size,))
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+    model = nn.Sequential(
+        nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4)
+    )
     ema = copy.deepcopy(model)
     for m in (model, ema):
         for layer in m[::2]:

@@ -109,9 +109,9 @@ def test_blurpool2d():
         BlurPool2d(channels=-1)
     with pytest.raises(ValueError, match="stride"):
         BlurPool2d(stride=0)
-    assert BlurPool2d(5, 2, 1)(x).shape == (2, 5, 5, 4)  # Composer's positional padding=1
+    assert BlurPool2d(2, 1)(x).shape == (2, 5, 5, 4)  # Composer's positional (stride, padding)
     with pytest.raises(ValueError, match="padding must be 1"):
-        BlurPool2d(5, 2, 0)
+        BlurPool2d(2, 0)
 
 
 def test_conversions_are_surgery_policies():

@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch.distributed as dist
 from torch import nn
 
 from surgery import replace_module_classes
+from tests.test_distributed import free_port
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed unavailable")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
 def process_group():
     """A one-process gloo group on localhost, torn down even when the test fails."""
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
     )
     try:
         yield
