@@ -200,3 +200,30 @@ def test_bad_arguments_raise_value_error(call, match) -> None:
 def test_bad_types_raise_type_error(call, match) -> None:
     with pytest.raises(TypeError, match=match):
         call()
+
+
+def test_a_filter_edited_in_place_is_read_again():
+    """blur_2d remembers a filter's separable taps; editing the filter must invalidate them."""
+    x = torch.rand(2, 3, 20, 20)
+    filt = torch.outer(torch.tensor([1.0, 2.0, 1.0]), torch.tensor([1.0, 2.0, 1.0])) / 16
+    first = F.blur_2d(x, filter=filt)
+    with torch.no_grad():
+        filt.copy_(torch.outer(torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0.0, 1.0, 0.0])) / 2)
+    second = F.blur_2d(x, filter=filt)
+    torch.testing.assert_close(first, F.blur_2d(x))
+    expected = torch.nn.functional.conv2d(x, filt.expand(3, 1, 3, 3), padding=1, groups=3)
+    torch.testing.assert_close(second, expected)
+
+
+@pytest.mark.parametrize("side", [4, 15, 16, 40])
+def test_small_and_large_planes_agree_with_the_convolution(side):
+    """Small planes take the convolution, large ones the shift-and-add kernel: same values."""
+    x = torch.rand(2, 5, side, side + 3, dtype=torch.float64, requires_grad=True)
+    weight = torch.outer(*(torch.tensor([1.0, 2.0, 1.0], dtype=torch.float64),) * 2) / 16
+    for stride in (1, 2):
+        got = F.blur_2d(x, stride)
+        want = torch.nn.functional.conv2d(x, weight.expand(5, 1, 3, 3), stride=stride, padding=1, groups=5)
+        torch.testing.assert_close(got, want)
+        (g_got,) = torch.autograd.grad(got.sum(), x)
+        (g_want,) = torch.autograd.grad(want.sum(), x)
+        torch.testing.assert_close(g_got, g_want)
