@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+TEST_TORCH_SEED ?= 0
 
 .PHONY: test demo bench lint clean
 
@@ -16,7 +17,7 @@ $(STAMP): pyproject.toml | $(PY)
 	@touch $(STAMP)
 
 test: $(STAMP)
-	OMP_WAIT_POLICY=PASSIVE HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q
+	OMP_WAIT_POLICY=PASSIVE HYPOTHESIS_PROFILE=ci TEST_TORCH_SEED=$(TEST_TORCH_SEED) $(PY) -m pytest -q $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(PY) -m benchmarks.demo $(DEMO_ARGS)

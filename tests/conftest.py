@@ -2,6 +2,12 @@
 
 Choose the Hypothesis profile with ``HYPOTHESIS_PROFILE`` (``ci`` is the default and what
 ``make test`` uses; ``dev`` runs fewer examples for a quick local loop; ``thorough`` many more).
+Every test starts from ``torch.manual_seed(TEST_TORCH_SEED)`` (default 0); run the suite again
+with another value, and with ``--hypothesis-seed=N``, to check that no test depends on one draw:
+``make test TEST_TORCH_SEED=7 PYTEST_ARGS=--hypothesis-seed=7``.
+
+Tests marked ``cuda`` run only where CUDA is available (the GPU lane); elsewhere they are
+skipped with that reason.
 """
 
 from __future__ import annotations
@@ -52,10 +58,26 @@ hypothesis.register_random(TORCH_RANDOM)
 torch.set_num_threads(min(torch.get_num_threads(), 2))
 
 
+TORCH_SEED = int(os.environ.get("TEST_TORCH_SEED", "0"))
+
+
 @pytest.fixture(autouse=True)
 def _seed_torch() -> None:
     """Every test starts from the same torch seed, so a failure reproduces by itself."""
-    torch.manual_seed(0)
+    torch.manual_seed(TORCH_SEED)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (the GPU lane); none on this machine")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"torch seed: {TORCH_SEED} (TEST_TORCH_SEED), CUDA: {torch.cuda.is_available()}"
 
 
 @pytest.fixture
