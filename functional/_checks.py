@@ -11,6 +11,7 @@ import numbers
 import warnings
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -39,13 +40,17 @@ __all__ = [
     "compute_dtype",
     "dense_labels",
     "foreach_total_norm",
+    "gather_rows_cols",
     "group_by_device_and_dtype",
     "latent_size",
+    "memory_format_of",
     "random_device",
     "random_permutation",
     "replace_chosen",
     "round_half_up",
     "sample_beta",
+    "scalar_tensor",
+    "sym_floor",
     "warn_no_effect",
 ]
 
@@ -70,7 +75,9 @@ def _real(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     value = float(value)
-    if math.isnan(value):
+    # ``value != value`` rather than ``math.isnan``: the same test, and under torch.compile a
+    # Python float is symbolic, where ``math.isnan`` breaks the graph.
+    if value != value:
         raise ValueError(f"{name} must not be NaN")
     return value
 
@@ -99,7 +106,7 @@ def check_probability(value: object, name: str) -> float:
 
 def check_positive(value: object, name: str, *, allow_zero: bool = False) -> float:
     v = _real(value, name)
-    if v < 0 or (v == 0 and not allow_zero) or math.isinf(v):
+    if v < 0 or (v == 0 and not allow_zero) or v == math.inf:  # no isinf: compile-safe
         rule = "a finite number >= 0" if allow_zero else "a finite number > 0"
         raise ValueError(f"{name} must be {rule}, got {value}")
     return v
@@ -310,7 +317,8 @@ def random_device(generator: torch.Generator | None) -> torch.device:
     """The device random parameters are drawn on: the generator's, or the CPU for torch's global RNG.
 
     Drawing on the generator's device (not the data's) makes a seeded CPU generator give the
-    same parameters whatever device the data lives on.
+    same parameters whatever device the data lives on. Moving the draws to the data with
+    ``.to(device, non_blocking=True)`` never reads them on the host.
     """
     return torch.device("cpu") if generator is None else generator.device
 
@@ -320,26 +328,101 @@ def random_permutation(
 ) -> torch.Tensor:
     """A uniformly random permutation of ``range(n)`` (int64) on ``device``."""
     perm = torch.randperm(n, generator=generator, device=random_device(generator))
-    return perm.to(device)
+    return perm.to(device, non_blocking=True)
+
+
+def sym_floor(value: float) -> int:
+    """``math.floor(value)`` for a non-negative Python number, without specialising under compile.
+
+    Eagerly this is ``math.floor``. Under ``torch.compile`` a Python float argument is symbolic,
+    and ``int()``/``math.floor`` of it makes dynamo recompile for every new value; the same
+    integer found by comparisons (an exponential then a binary search) leaves guards of the form
+    ``v >= k``/``v < k`` only, which every value with the same floor passes. Shapes derived from
+    a scale or a keep fraction therefore recompile only when the shape itself changes.
+    """
+    if not torch.compiler.is_compiling():
+        return math.floor(value)
+    low, high = 0, 1
+    while value >= high:
+        low, high = high, high * 2
+    while high - low > 1:
+        mid = (low + high) // 2
+        if value >= mid:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def scalar_tensor(
+    value: float | torch.Tensor, *, dtype: torch.dtype, device: torch.device | str
+) -> torch.Tensor:
+    """A Python number or a 0-d tensor as a 0-d tensor of ``dtype`` on ``device``.
+
+    Built as ``zeros + value`` on purpose: under ``torch.compile`` a symbolic Python float
+    becomes a graph input this way, where ``torch.tensor(value)``/``torch.full`` would
+    specialise on it (a recompile per value).
+    """
+    if isinstance(value, torch.Tensor):
+        return value.to(device=device, dtype=dtype, non_blocking=True)
+    return torch.zeros((), dtype=dtype, device=device) + value
+
+
+# Below this, Beta(alpha, alpha) is a fair coin on {0, 1} to float64 precision; clamping keeps
+# 1 / alpha finite (a subnormal alpha would give inf and then NaN).
+_TINY_ALPHA = 1e-300
 
 
 def sample_beta(
     alpha: float, size: tuple[int, ...], generator: torch.Generator | None
 ) -> torch.Tensor:
-    """Samples of Beta(alpha, alpha) as float64, robust for tiny ``alpha``.
+    r"""Samples of Beta(alpha, alpha) as float64 on the generator's device, robust for tiny ``alpha``.
 
-    ``Beta(a, a) = G1 / (G1 + G2)`` with ``G ~ Gamma(a)``; for small ``a`` the gammas underflow
-    to 0, so the ratio is taken in log space with ``log G = log G' + log(U) / a``,
-    ``G' ~ Gamma(a + 1)``, ``U ~ Uniform(0, 1)`` (Marsaglia and Tsang's boost).
+    ``Beta(a, a) = G1 / (G1 + G2) = sigmoid(log G1 - log G2)`` with ``G ~ Gamma(a)``; for small
+    ``a`` the gammas underflow to 0, so the logs are taken with Marsaglia and Tsang's boost
+    ``log G = log G' + log(U) / a``, ``G' ~ Gamma(a + 1)``, ``U ~ Uniform(0, 1)``, and the
+    difference is formed before dividing by ``a``: finite terms, so the result is never NaN
+    (a difference of two infinities) and always lies in ``[0, 1]``, whatever ``a > 0``.
+    ``alpha`` may be a symbolic float under ``torch.compile`` (no recompile when it changes).
     """
+    alpha = max(alpha, _TINY_ALPHA)
     device = random_device(generator)
     shape = (2, *size)
-    conc = torch.full(shape, alpha + 1.0, dtype=torch.float64, device=device)
+    conc = torch.zeros(shape, dtype=torch.float64, device=device) + (alpha + 1.0)
     gamma = torch._standard_gamma(conc, generator=generator)
     uniform = torch.rand(shape, dtype=torch.float64, device=device, generator=generator)
-    # 1 - U lies in (0, 1]: its log is finite.
-    log_gamma = gamma.log() + torch.log1p(-uniform) / alpha
-    return torch.sigmoid(log_gamma[0] - log_gamma[1])
+    log_gamma = gamma.clamp_min(1e-300).log()
+    log_uniform = torch.log1p(-uniform)  # 1 - U lies in (0, 1]: finite
+    logit = (log_gamma[0] - log_gamma[1]) + (log_uniform[0] - log_uniform[1]) * (1.0 / alpha)
+    return torch.sigmoid(logit)
+
+
+def memory_format_of(x: torch.Tensor) -> torch.memory_format:
+    """``torch.channels_last`` (or ``channels_last_3d``) for such an input, else contiguous."""
+    if x.ndim == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    if (
+        x.ndim == 5
+        and not x.is_contiguous()
+        and x.is_contiguous(memory_format=torch.channels_last_3d)
+    ):
+        return torch.channels_last_3d
+    return torch.contiguous_format
+
+
+def gather_rows_cols(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """``x[..., rows, :][..., cols]`` (dims -2 and -1) in one gather, keeping channels_last.
+
+    ``rows``/``cols`` are int64 index tensors (moved to ``x``'s device without a host read).
+    A channels_last ``(B, C, H, W)`` input is gathered as its ``(B, H, W, C)`` view, so the
+    result comes out channels_last with no extra copy.
+    """
+    rows = rows.to(x.device, non_blocking=True)
+    cols = cols.to(x.device, non_blocking=True)
+    if memory_format_of(x) == torch.channels_last:
+        return x.permute(0, 2, 3, 1)[:, rows[:, None], cols].permute(0, 3, 1, 2)
+    # One gather over both dims: on the CPU it is several times faster than two index_selects.
+    return x[..., rows[:, None], cols]
 
 
 def dense_labels(
@@ -359,7 +442,9 @@ def dense_labels(
             )
         check_class_indices(y, n_classes, name)
         out_dtype = dtype or torch.get_default_dtype()
-        return torch.nn.functional.one_hot(y.long(), n_classes).to(out_dtype)
+        # A comparison with arange, not F.one_hot: one_hot reads the labels' range on the host.
+        classes = torch.arange(n_classes, device=y.device)
+        return (y.unsqueeze(-1) == classes).to(out_dtype)
     if y.ndim == 2:
         if y.shape[1] != n_classes:
             raise ValueError(
@@ -424,40 +509,83 @@ def check_class_indices(y: torch.Tensor, n_classes: int, name: str = "y") -> Non
     )
 
 
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The floating dtype an op computes in for data of ``dtype`` (float32 for integer data).
+# Integer dtypes whose values float32 cannot hold exactly: mixed and resized in float64.
+_WIDE_INTEGERS = frozenset(
+    {
+        torch.int32,
+        torch.int64,
+        getattr(torch, "uint32", torch.int64),
+        getattr(torch, "uint64", torch.int64),
+    }
+)
 
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The floating dtype an op computes in for data of ``dtype``.
+
+    Floating dtypes are kept; 8- and 16-bit integers compute in float32 (exact); 32- and 64-bit
+    integers in float64 (exact for int32; int64 beyond 2**53 is rounded to float64's precision).
     Compare :func:`accumulation_dtype`, which also lifts half precisions to float32.
     """
-    return dtype if dtype.is_floating_point else torch.float32
+    if dtype.is_floating_point:
+        return dtype
+    return torch.float64 if dtype in _WIDE_INTEGERS else torch.float32
+
+
+def _float_bounds(dtype: torch.dtype, float_dtype: torch.dtype) -> tuple[float, float]:
+    """The integer range of ``dtype`` as values ``float_dtype`` holds exactly (rounded inwards).
+
+    ``float32(2**31 - 1)`` is ``2**31``: clamping to it and casting wraps round to the minimum.
+    """
+    info = torch.iinfo(dtype)
+    np_float = np.float64 if float_dtype == torch.float64 else np.float32
+    high = np_float(info.max)
+    while int(high) > info.max:
+        high = np.nextafter(high, np_float(0))
+    return float(info.min), float(high)  # powers of two (or 0): the minimum is exact
+
+
+_BOUNDS = {
+    (d, f): _float_bounds(d, f)
+    for d in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+    for f in (torch.float32, torch.float64)
+}
 
 
 def cast_result(result: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``result`` (computed in a floating dtype) back in ``dtype``; integers rounded and clamped."""
+    """``result`` (computed in a floating dtype) back in ``dtype``; integers rounded and clamped.
+
+    The clamp bounds are the integer range rounded inwards to values the floating dtype holds,
+    so a result near an integer dtype's maximum never wraps round to its minimum.
+    """
     if result.dtype == dtype:
         return result
     if dtype.is_floating_point:
         return result.to(dtype)
     if dtype == torch.bool:
         return result.round() != 0
-    info = torch.iinfo(dtype)
-    return result.round().clamp_(info.min, info.max).to(dtype)
+    if result.dtype not in (torch.float32, torch.float64):
+        result = result.float()
+    key = (dtype, result.dtype)
+    low, high = _BOUNDS[key] if key in _BOUNDS else _float_bounds(dtype, result.dtype)
+    return result.round().clamp_(low, high).to(dtype)
 
 
 def check_indices(indices: object, batch: int, name: str = "indices") -> torch.Tensor:
-    """Require ``(B,)`` integer batch positions in ``[0, B)`` (checked eagerly on the CPU)."""
+    """Require ``(B,)`` integer batch positions in ``[0, B)`` (a content check: see check_values)."""
     indices = check_tensor(indices, name)
     if indices.shape != (batch,):
         raise ValueError(f"{name} must have shape (B,) = ({batch},), got {tuple(indices.shape)}")
     if indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
         raise TypeError(f"{name} must be an integer tensor, got dtype {indices.dtype}")
-    if (
-        indices.device.type == "cpu"
-        and batch
-        and (int(indices.min()) < 0 or int(indices.max()) >= batch)
-    ):
-        raise ValueError(
-            f"{name} must hold batch positions in [0, {batch}), got values in "
-            f"[{int(indices.min())}, {int(indices.max())}]"
+    if batch:
+
+        def got() -> str:
+            return f"values in [{int(indices.min())}, {int(indices.max())}]"
+
+        check_values(
+            ((indices >= 0) & (indices < batch)).all(),
+            f"{name} must hold batch positions in [0, {batch})",
+            got,
         )
     return indices.long()

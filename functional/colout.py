@@ -10,14 +10,21 @@ import numpy as np
 import torch
 from PIL import Image
 
-from functional._checks import check_generator, check_in_range, check_ndim, random_device
+from functional._checks import (
+    check_generator,
+    check_in_range,
+    check_ndim,
+    gather_rows_cols,
+    random_device,
+    sym_floor,
+)
 
 __all__ = ["colout", "colout_batch"]
 
 
 def _draw_kept(size: int, p: float, generator: torch.Generator | None) -> torch.Tensor:
     """Sorted indices of the ``size - int(p·size)`` positions kept, chosen uniformly."""
-    keep = size - int(p * size)
+    keep = size - sym_floor(p * size)
     order = torch.randperm(size, generator=generator, device=random_device(generator))
     return order[:keep].sort().values
 
@@ -29,12 +36,11 @@ def _check_fractions(p_row: object, p_col: object) -> tuple[float, float]:
 
 
 def _select(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-    """Deterministic core: keep ``rows`` (of dim -2) and ``cols`` (of dim -1) of ``x``, in order."""
-    rows = rows.to(x.device)
-    cols = cols.to(x.device)
-    # One gather over both dims: on the CPU it is several times faster than two index_selects
-    # (index_select along an inner dim takes a slow path there).
-    return x[..., rows[:, None], cols]
+    """Deterministic core: keep ``rows`` (of dim -2) and ``cols`` (of dim -1) of ``x``, in order.
+
+    One gather over both dims; a channels_last input gives a channels_last output.
+    """
+    return gather_rows_cols(x, rows, cols)
 
 
 def _select_pil(img: Image.Image, rows: torch.Tensor, cols: torch.Tensor) -> Image.Image:
@@ -108,6 +114,13 @@ def colout_batch(
     :math:`W - \lfloor p_\text{col} W \rfloor` columns, chosen uniformly without replacement
     once for the whole batch, in their original order.
 
+    Per-step friendly: the kept rows and columns are a random permutation cut to size and
+    sorted on the generator's device, then gathered on the data's device; no value is read on
+    the host. The output shape depends on ``p_row`` and ``p_col``, so under ``torch.compile``
+    a change of the number of rows or columns kept recompiles (by design); new random rows,
+    and new fractions that keep the same counts, do not. ``generator`` cannot be traced by
+    dynamo: inside a compiled step pass ``generator=None``.
+
     Args:
         X: images ``(B, C, H, W)`` (any leading dimensions ``(*, H, W)`` work), any dtype.
         p_row: fraction of rows to drop, in ``[0, 1)``.
@@ -115,7 +128,7 @@ def colout_batch(
         generator: source of randomness for the rows and columns kept.
 
     Returns:
-        The smaller batch (dtype and device of ``X``).
+        The smaller batch (dtype, device and memory format of ``X``).
 
     Shape:
         - X: :math:`(B, C, H, W)`

@@ -6,7 +6,6 @@ Paper: `CutMix: Regularization Strategy to Train Strong Classifiers with Localiz
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Sequence
 
@@ -19,6 +18,7 @@ from functional._checks import (
     check_positive,
     check_same_batch,
     check_tensor,
+    check_values,
     dense_labels,
     random_device,
     random_permutation,
@@ -27,81 +27,99 @@ from functional._checks import (
 
 __all__ = ["cutmix_batch"]
 
-BBox = tuple[int, int, int, int]
 
+def _draw_bbox(
+    height: int, width: int, alpha: float, generator: torch.Generator | None
+) -> torch.Tensor:
+    """A box ``(x1, y1, x2, y2)`` (int64, on the generator's device) of area about
+    ``(1 - λ)·H·W``, ``λ ~ Beta(alpha, alpha)``, centred uniformly, clipped to the image.
 
-def _draw_bbox(height: int, width: int, alpha: float, generator: torch.Generator | None) -> BBox:
-    """A box of area about ``(1 - λ)·H·W``, ``λ ~ Beta(alpha, alpha)``, centred uniformly, clipped."""
-    lam = float(sample_beta(alpha, (), generator))
-    ratio = math.sqrt(1.0 - lam)
-    cut_h, cut_w = int(height * ratio), int(width * ratio)
-    device = random_device(generator)
-    cy = int(torch.randint(0, height, (), generator=generator, device=device))
-    cx = int(torch.randint(0, width, (), generator=generator, device=device))
-    y1, x1 = cy - cut_h // 2, cx - cut_w // 2
-    return (
-        min(max(x1, 0), width),
-        min(max(y1, 0), height),
-        min(max(x1 + cut_w, 0), width),
-        min(max(y1 + cut_h, 0), height),
-    )
-
-
-def _check_bbox(bbox: object, height: int, width: int) -> BBox:
-    ok = isinstance(bbox, Sequence) and len(bbox) == 4
-    if ok:
-        items = []
-        for v in bbox:  # type: ignore[union-attr]
-            if isinstance(v, torch.Tensor) and v.ndim == 0 and not v.is_floating_point():
-                v = int(v)
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                ok = False
-                break
-            items.append(int(v))
-    if not ok:
-        raise TypeError(f"bbox must be a tuple of 4 ints (x1, y1, x2, y2), got {bbox!r}")
-    x1, y1, x2, y2 = items
-    if x2 < x1 or y2 < y1:
-        raise ValueError(
-            f"bbox must be (left, top, right, bottom) with x1 <= x2 and y1 <= y2, got {bbox!r}"
-        )
-    clip_x = lambda v: min(max(v, 0), width)  # noqa: E731
-    clip_y = lambda v: min(max(v, 0), height)  # noqa: E731
-    return clip_x(x1), clip_y(y1), clip_x(x2), clip_y(y2)
-
-
-def _paste(x: torch.Tensor, perm: torch.Tensor, bbox: BBox, *, bijective: bool) -> torch.Tensor:
-    """Deterministic core: ``x`` with the box ``bbox`` of every sample taken from ``x[perm]``.
-
-    ``bijective`` says ``perm`` is a permutation: the box is then scattered straight from ``x``
-    to the partners' positions (``index_copy_`` with the inverse permutation) instead of being
-    gathered into a temporary first.
+    Everything stays a tensor: no value is read on the host, so the box can change every step
+    without a synchronisation or a recompile.
     """
-    x1, y1, x2, y2 = bbox
-    out = x.clone()
-    if x2 <= x1 or y2 <= y1 or x.shape[0] == 0:
-        return out
-    perm = perm.to(x.device)
-    box = out[..., y1:y2, x1:x2]
-    if bijective:
-        inverse = torch.empty_like(perm)
-        inverse[perm] = torch.arange(len(perm), device=perm.device)
-        box.index_copy_(0, inverse, x[..., y1:y2, x1:x2])
+    lam = sample_beta(alpha, (), generator)
+    ratio = torch.sqrt(1.0 - lam)
+    cut_h = torch.floor(height * ratio).long()
+    cut_w = torch.floor(width * ratio).long()
+    device = random_device(generator)
+    cy = torch.randint(0, height, (), generator=generator, device=device)
+    cx = torch.randint(0, width, (), generator=generator, device=device)
+    y1, x1 = cy - cut_h // 2, cx - cut_w // 2
+    return _clip(torch.stack([x1, y1, x1 + cut_w, y1 + cut_h]), height, width)
+
+
+def _clip(box: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """Clip ``(x1, y1, x2, y2)`` rows to the image: x to ``[0, W]``, y to ``[0, H]``."""
+    limit = torch.tensor([width, height, width, height], device=box.device)
+    return torch.minimum(box.clamp(min=0), limit)
+
+
+def _check_bbox(bbox: object, height: int, width: int) -> torch.Tensor:
+    """A fixed box: 4 ints, 4 0-d integer tensors, or a ``(4,)`` integer tensor, as a clipped
+    int64 tensor. The order ``x1 <= x2``, ``y1 <= y2`` of tensors is a content check."""
+    rule = "bbox must be a tuple of 4 ints (x1, y1, x2, y2), of 0-d integer tensors, or a (4,) integer tensor"
+    if isinstance(bbox, torch.Tensor):
+        if bbox.shape != (4,) or bbox.is_floating_point() or bbox.dtype == torch.bool:
+            raise TypeError(f"{rule}, got a tensor of shape {tuple(bbox.shape)}, {bbox.dtype}")
+        box = bbox.long()
+    elif isinstance(bbox, Sequence) and len(bbox) == 4:
+        items = list(bbox)
+        for v in items:
+            is_int = isinstance(v, numbers.Integral) and not isinstance(v, bool)
+            is_int_tensor = (
+                isinstance(v, torch.Tensor)
+                and v.ndim == 0
+                and not (v.is_floating_point() or v.is_complex() or v.dtype == torch.bool)
+            )
+            if not (is_int or is_int_tensor):
+                raise TypeError(f"{rule}, got {bbox!r}")
+        if all(isinstance(v, numbers.Integral) for v in items):
+            x1, y1, x2, y2 = (int(v) for v in items)
+            if x2 < x1 or y2 < y1:
+                raise ValueError(
+                    "bbox must be (left, top, right, bottom) with x1 <= x2 and y1 <= y2, "
+                    f"got {bbox!r}"
+                )
+            box = torch.tensor([x1, y1, x2, y2], dtype=torch.long)
+        else:
+            device = next(v.device for v in items if isinstance(v, torch.Tensor))
+            box = torch.stack([torch.as_tensor(v, device=device).long() for v in items])
     else:
-        box.copy_(x[perm, ..., y1:y2, x1:x2])
-    return out
+        raise TypeError(f"{rule}, got {bbox!r}")
+    if isinstance(bbox, torch.Tensor) or not all(isinstance(v, numbers.Integral) for v in bbox):
+        check_values(
+            (box[2] >= box[0]) & (box[3] >= box[1]),
+            "bbox must be (left, top, right, bottom) with x1 <= x2 and y1 <= y2",
+            lambda: str(box.tolist()),
+        )
+    return _clip(box, height, width)
 
 
-def _is_permutation(indices: torch.Tensor) -> bool:
-    """Whether ``indices`` (checked to lie in ``[0, B)``) is a permutation; eager on the CPU only."""
-    if indices.device.type != "cpu":
-        return False  # answering would synchronise with the device; the gather path is exact
-    return bool((torch.bincount(indices, minlength=len(indices)) == 1).all())
+def _box_mask(box: torch.Tensor, height: int, width: int, device: torch.device) -> torch.Tensor:
+    """``(H, W)`` bool mask of the half-open box ``(x1, y1, x2, y2)``, from comparisons with arange."""
+    box = box.to(device, non_blocking=True)
+    rows = torch.arange(height, device=device)
+    cols = torch.arange(width, device=device)
+    in_rows = (rows >= box[1]) & (rows < box[3])
+    in_cols = (cols >= box[0]) & (cols < box[2])
+    return in_rows[:, None] & in_cols
 
 
-def _area_fraction(bbox: BBox, height: int, width: int) -> float:
-    x1, y1, x2, y2 = bbox
-    return (x2 - x1) * (y2 - y1) / (height * width)
+def _paste(x: torch.Tensor, perm: torch.Tensor, box: torch.Tensor) -> torch.Tensor:
+    """Deterministic core: ``x`` with the box ``box`` of every sample taken from ``x[perm]``.
+
+    A select against a mask built on ``x``'s device (no host read, no data-dependent shape);
+    the memory format of ``x`` is kept.
+    """
+    mask = _box_mask(box, x.shape[-2], x.shape[-1], x.device)
+    partner = x[perm.to(x.device, non_blocking=True)]
+    return torch.where(mask, partner, x)
+
+
+def _area_fraction(box: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """The pasted fraction of the image (float64 0-d tensor) of a clipped box."""
+    extent = (box[2:] - box[:2]).double()
+    return extent[0] * extent[1] / (height * width)
 
 
 def cutmix_batch(
@@ -129,6 +147,12 @@ def cutmix_batch(
     are weighted by the clipped box, unlike Composer's ``length`` option, which weights them by
     the nominal box.)
 
+    Per-step friendly: the box is drawn as tensors and applied as a mask from comparisons with
+    ``arange``, so no value is read on the host, and under ``torch.compile(fullgraph=True)``
+    nothing recompiles when the box, the permutation or ``alpha`` changes; only the shapes of
+    ``x`` and ``y`` and ``n_classes`` are part of the graph. ``generator`` cannot be traced by
+    dynamo: inside a compiled step pass ``generator=None`` (torch's global RNG).
+
     Args:
         x: images ``(B, ..., H, W)``, any dtype.
         y: class indices ``(B,)`` or dense labels ``(B, n_classes)``.
@@ -137,7 +161,9 @@ def cutmix_batch(
         indices: the partner of each sample, ``(B,)`` integers in ``[0, B)``; a random
             permutation from ``generator`` when ``None``.
         bbox: a fixed box ``(x1, y1, x2, y2)`` = (left, top, right, bottom) in pixels,
-            half-open, ``x`` along the width; clipped to the image.
+            half-open, ``x`` along the width; clipped to the image. Four ints (constants of a
+            compiled graph), four 0-d integer tensors or a ``(4,)`` integer tensor (graph
+            inputs: a new box does not recompile).
         generator: source of randomness for the permutation and the box.
 
     Returns:
@@ -174,17 +200,15 @@ def cutmix_batch(
     y_dense = dense_labels(y, n_classes)
     if indices is None:
         perm = random_permutation(batch, generator, x.device)
-        bijective = True
     else:
-        perm = check_indices(indices, batch)
-        bijective = _is_permutation(perm)
-        perm = perm.to(x.device)
+        perm = check_indices(indices, batch).to(x.device, non_blocking=True)
     if bbox is None:
         box = _draw_bbox(height, width, alpha, generator)
     else:
         box = _check_bbox(bbox, height, width)
-    x_mix = _paste(x, perm, box, bijective=bijective)
-    area = _area_fraction(box, height, width)
-    partner = y_dense[perm.to(y_dense.device)]
-    y_mix = partner.lerp_(y_dense, 1.0 - area)
+    x_mix = _paste(x, perm, box)
+    keep = 1.0 - _area_fraction(box, height, width)
+    partner = y_dense[perm.to(y_dense.device, non_blocking=True)]
+    weight = keep.to(device=partner.device, dtype=partner.dtype, non_blocking=True)
+    y_mix = partner.lerp_(y_dense, weight)
     return x_mix, y_mix, perm

@@ -16,6 +16,7 @@ from functional._checks import (
     check_int,
     check_ndim,
     random_device,
+    sym_floor,
 )
 
 __all__ = ["cutout"]
@@ -35,13 +36,16 @@ def _hole_side(length: object, height: int, width: int) -> int:
             "length as a float is a fraction of min(H, W) and must be in (0, 1) (pass an int "
             f"for a side in pixels), got {length}"
         )
-    return int(fraction * min(height, width))
+    return sym_floor(fraction * min(height, width))
 
 
 def _draw_boxes(
     shape: tuple[int, ...], side: int, height: int, width: int, generator: torch.Generator | None
 ) -> torch.Tensor:
-    """Holes ``(..., 4)`` as clipped ``(x1, y1, x2, y2)``, centres uniform over the pixels."""
+    """Holes ``(..., 4)`` as clipped ``(x1, y1, x2, y2)``, centres uniform over the pixels.
+
+    Drawn on the generator's device; nothing is read on the host.
+    """
     device = random_device(generator)
     cy = torch.randint(0, height, shape, generator=generator, device=device)
     cx = torch.randint(0, width, shape, generator=generator, device=device)
@@ -51,26 +55,32 @@ def _draw_boxes(
     return torch.minimum(boxes.clamp_(min=0), limit)
 
 
+def _hole_mask(boxes: torch.Tensor, height: int, width: int, device: torch.device) -> torch.Tensor:
+    """``(..., H, W)`` bool mask of the union of the holes ``boxes`` (``(..., n_holes, 4)``).
+
+    Row and column membership come from comparisons with ``arange``; their outer product,
+    summed over the holes (a small matmul), is the union. No host read, no data-dependent
+    shape.
+    """
+    boxes = boxes.to(device, non_blocking=True)
+    rows = torch.arange(height, device=device)
+    cols = torch.arange(width, device=device)
+    in_rows = (rows >= boxes[..., 1, None]) & (rows < boxes[..., 3, None])  # (..., n, H)
+    in_cols = (cols >= boxes[..., 0, None]) & (cols < boxes[..., 2, None])  # (..., n, W)
+    return torch.matmul(in_rows.transpose(-1, -2).float(), in_cols.float()) > 0
+
+
 def _apply_holes(x: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     """Deterministic core: zero the holes ``boxes`` of ``x`` (``(B, C, H, W)``) on every channel.
 
     ``boxes`` holds clipped ``(x1, y1, x2, y2)`` rows: ``(n_holes, 4)`` for one set of holes
-    shared by the batch, or ``(B, n_holes, 4)`` for one set per sample.
+    shared by the batch, or ``(B, n_holes, 4)`` for one set per sample. The memory format of
+    ``x`` is kept.
     """
-    if boxes.ndim == 2:
-        out = x.clone()
-        for x1, y1, x2, y2 in boxes.tolist():
-            out[..., y1:y2, x1:x2] = 0
-        return out
-    height, width = x.shape[-2:]
-    boxes = boxes.to(x.device)
-    rows = torch.arange(height, device=x.device)
-    cols = torch.arange(width, device=x.device)
-    # (B, n, H) and (B, n, W) membership; their "outer product" summed over holes is the mask.
-    in_rows = (rows >= boxes[..., 1, None]) & (rows < boxes[..., 3, None])
-    in_cols = (cols >= boxes[..., 0, None]) & (cols < boxes[..., 2, None])
-    covered = torch.bmm(in_rows.transpose(1, 2).float(), in_cols.float()) > 0
-    return x.masked_fill(covered.unsqueeze(1), 0)
+    mask = _hole_mask(boxes, x.shape[-2], x.shape[-1], x.device)
+    if boxes.ndim == 3:
+        mask = mask.unsqueeze(1)  # (B, 1, H, W): the same holes on every channel
+    return torch.where(mask, torch.zeros((), dtype=x.dtype, device=x.device), x)
 
 
 def cutout(
@@ -87,6 +97,13 @@ def cutout(
     in ``(0, 1)``); its centre is uniform over the pixels and the part outside the image is
     clipped, so holes near the border are smaller. Holes may overlap. By default one set of
     holes is drawn for the whole batch; ``per_sample=True`` draws a set for every image.
+
+    Per-step friendly: the holes are drawn as tensors and applied as a mask from comparisons
+    with ``arange`` (no value read on the host, no data-dependent shape); under
+    ``torch.compile(fullgraph=True)`` new holes and a new fractional ``length`` with the same
+    side in pixels do not recompile. ``n_holes``, an int ``length`` and the input's shape are
+    part of the graph. ``generator`` cannot be traced by dynamo: inside a compiled step pass
+    ``generator=None`` (torch's global RNG).
 
     .. math::
         \tilde X_{b,c,h,w} = X_{b,c,h,w}\,\bigl(1 - M_{h,w}\bigr), \qquad

@@ -8,12 +8,34 @@ from __future__ import annotations
 
 import torch
 
-from functional._checks import check_class_indices, check_ndim, check_probability, check_tensor
+from functional._checks import (
+    check_class_indices,
+    check_ndim,
+    check_probability,
+    check_tensor,
+    check_values,
+    memory_format_of,
+    scalar_tensor,
+)
 
 __all__ = ["smooth_labels"]
 
 
-def smooth_labels(logits: torch.Tensor, targets: torch.Tensor, alpha: float) -> torch.Tensor:
+def _check_alpha(alpha: object) -> float | torch.Tensor:
+    if not isinstance(alpha, torch.Tensor):
+        return check_probability(alpha, "alpha")
+    if alpha.ndim != 0 or not alpha.is_floating_point():
+        raise TypeError(
+            f"alpha must be a float or a 0-d floating tensor, got a tensor of shape "
+            f"{tuple(alpha.shape)}, dtype {alpha.dtype}"
+        )
+    check_values((alpha >= 0) & (alpha <= 1), "alpha must be in [0, 1]", lambda: str(float(alpha)))
+    return alpha
+
+
+def smooth_labels(
+    logits: torch.Tensor, targets: torch.Tensor, alpha: float | torch.Tensor
+) -> torch.Tensor:
     r"""Shrink the targets towards the uniform distribution over the ``C`` classes.
 
     .. math::
@@ -23,16 +45,21 @@ def smooth_labels(logits: torch.Tensor, targets: torch.Tensor, alpha: float) -> 
     The class dimension is dim 1 of ``logits``, as for :func:`torch.nn.functional.cross_entropy`
     (which accepts the result as probability targets).
 
+    Per-step friendly: no value is read on the host (the range check of index targets runs
+    eagerly on CPU tensors, as a device assert on accelerators, skipped under compile), and
+    under ``torch.compile(fullgraph=True)`` a new ``alpha`` (a Python float or a 0-d tensor)
+    does not recompile; only the shapes and dtypes are part of the graph.
+
     Args:
         logits: model output ``(N, C)`` or ``(N, C, d1, ..., dk)``; gives the shape, dtype and
             device of the result.
         targets: class indices ``(N)`` / ``(N, d1, ..., dk)`` in ``[0, C)``, or dense targets of
             the shape of ``logits``.
-        alpha: smoothing strength in ``[0, 1]``; 0 keeps the targets, 1 gives the uniform
-            distribution.
+        alpha: smoothing strength in ``[0, 1]`` (a float or a 0-d tensor); 0 keeps the
+            targets, 1 gives the uniform distribution.
 
     Returns:
-        The smoothed targets, shape and dtype of ``logits``.
+        The smoothed targets, shape, dtype, device and memory format of ``logits``.
 
     Shape:
         - logits: :math:`(N, C, *)`
@@ -51,13 +78,17 @@ def smooth_labels(logits: torch.Tensor, targets: torch.Tensor, alpha: float) -> 
     check_tensor(logits, "logits")
     check_tensor(targets, "targets")
     check_ndim(logits, "logits", tuple(range(2, 12)), "(N, C, ...)")
-    alpha = check_probability(alpha, "alpha")
+    alpha = _check_alpha(alpha)
     n_classes = logits.shape[1]
     dtype = logits.dtype if logits.is_floating_point() else torch.get_default_dtype()
     index_shape = logits.shape[:1] + logits.shape[2:]
+    # 0-d tensors, even for a Python float: a graph input under compile, not a constant.
+    alpha = scalar_tensor(alpha, dtype=dtype, device=logits.device)
+    low = alpha / n_classes
     if targets.shape == logits.shape:
-        dense = targets.to(device=logits.device, dtype=dtype)
-        return dense.mul(1.0 - alpha).add_(alpha / n_classes)
+        dense = targets.to(device=logits.device, dtype=dtype, non_blocking=True)
+        smoothed = (dense * (1 - alpha)).add_(low)
+        return smoothed.contiguous(memory_format=memory_format_of(logits))  # logits' format
     if targets.shape != index_shape:
         raise ValueError(
             f"targets must be class indices of shape {tuple(index_shape)} or dense targets of the "
@@ -66,6 +97,7 @@ def smooth_labels(logits: torch.Tensor, targets: torch.Tensor, alpha: float) -> 
     if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
         raise TypeError(f"index targets must be integers, got dtype {targets.dtype}")
     check_class_indices(targets, n_classes, "targets")
-    out = torch.full(logits.shape, alpha / n_classes, dtype=dtype, device=logits.device)
-    index = targets.to(device=logits.device, dtype=torch.long).unsqueeze(1)
-    return out.scatter_(1, index, 1.0 - alpha + alpha / n_classes)
+    index = targets.to(device=logits.device, dtype=torch.long, non_blocking=True).unsqueeze(1)
+    out = torch.empty_like(logits, dtype=dtype, memory_format=memory_format_of(logits))
+    out.copy_(low.expand(out.shape))
+    return out.scatter_(1, index, (1 - alpha + low).expand(index.shape))

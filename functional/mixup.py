@@ -16,10 +16,13 @@ from functional._checks import (
     check_probability,
     check_same_batch,
     check_tensor,
+    check_values,
     compute_dtype,
     dense_labels,
+    random_device,
     random_permutation,
     sample_beta,
+    scalar_tensor,
 )
 
 __all__ = ["gen_interpolation_lambda", "mixup_batch"]
@@ -34,7 +37,13 @@ def gen_interpolation_lambda(
     r"""Draw a MixUp interpolation coefficient :math:`\lambda \sim \mathrm{Beta}(\alpha, \alpha)`.
 
     Small ``alpha`` puts most mass near 0 and 1 (little mixing); large ``alpha`` concentrates
-    :math:`\lambda` around 0.5. ``alpha = 0`` means no mixing and always returns 0.
+    :math:`\lambda` around 0.5. ``alpha = 0`` means no mixing and always returns 0. Any
+    ``alpha > 0``, down to subnormal values, gives a number in ``[0, 1]`` (never NaN).
+
+    The draw is made on the generator's device (the CPU for torch's global RNG). The single
+    coefficient is returned as a Python float, which reads it on the host: free for a CPU
+    generator, a synchronisation for a CUDA one. Draw it outside a compiled step and pass it in
+    (or pass ``batch_size``, which returns a tensor and reads nothing).
 
     Args:
         alpha: concentration of the Beta distribution, ``>= 0`` and finite.
@@ -59,54 +68,58 @@ def gen_interpolation_lambda(
         batch_size = check_int(batch_size, "batch_size", minimum=0)
     size = () if batch_size is None else (batch_size,)
     if alpha == 0.0:
-        lam = torch.zeros(size, dtype=torch.float64)
+        lam = torch.zeros(size, dtype=torch.float64, device=random_device(generator))
     else:
         lam = sample_beta(alpha, size, generator)
     return float(lam) if batch_size is None else lam.float()
 
 
 def _check_lambda(lam: object, batch: int) -> float | torch.Tensor:
-    if isinstance(lam, torch.Tensor):
-        if lam.ndim == 0:
-            lam = float(lam)
-        else:
-            if lam.shape != (batch,):
-                raise ValueError(
-                    "interpolation_lambda must be a float or a per-sample tensor of shape "
-                    f"(B,) = ({batch},), got shape {tuple(lam.shape)}"
-                )
-            if not lam.is_floating_point():
-                raise TypeError(
-                    f"interpolation_lambda must be a floating tensor, got dtype {lam.dtype}"
-                )
-            if (
-                lam.device.type == "cpu"
-                and lam.numel()
-                and not bool(((lam >= 0) & (lam <= 1)).all())
-            ):
-                raise ValueError(
-                    "interpolation_lambda must be in [0, 1], got values in "
-                    f"[{float(lam.min())}, {float(lam.max())}]"
-                )
-            return lam
-    return check_probability(lam, "interpolation_lambda")
+    """A float in [0, 1] (checked at once), or a 0-d / ``(B,)`` floating tensor (content check
+    through ``check_values``: eager on the CPU, a device assert elsewhere, no host read)."""
+    if not isinstance(lam, torch.Tensor):
+        return check_probability(lam, "interpolation_lambda")
+    if lam.ndim != 0 and lam.shape != (batch,):
+        raise ValueError(
+            "interpolation_lambda must be a float, a 0-d tensor or a per-sample tensor of shape "
+            f"(B,) = ({batch},), got shape {tuple(lam.shape)}"
+        )
+    if not lam.is_floating_point():
+        raise TypeError(f"interpolation_lambda must be a floating tensor, got dtype {lam.dtype}")
+    if lam.numel():
+        check_values(
+            ((lam >= 0) & (lam <= 1)).all(),
+            "interpolation_lambda must be in [0, 1]",
+            lambda: f"values in [{float(lam.min())}, {float(lam.max())}]",
+        )
+    return lam
+
+
+def _weight(lam: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``1 - λ`` as a tensor of ``like``'s dtype and device, shaped to broadcast over dim 0.
+
+    A tensor even for a Python float: under ``torch.compile`` a float weight of ``lerp`` is
+    specialised (a recompile per λ), a tensor is a graph input.
+    """
+    weight = 1 - scalar_tensor(lam, dtype=like.dtype, device=like.device)
+    return weight.view(-1, *([1] * (like.ndim - 1))) if weight.ndim else weight
 
 
 def _mix_inputs(x: torch.Tensor, perm: torch.Tensor, lam: float | torch.Tensor) -> torch.Tensor:
-    """Deterministic core: ``(1 - λ)·x + λ·x[perm]`` with ``λ`` a float or a (B,) tensor."""
+    """Deterministic core: ``(1 - λ)·x + λ·x[perm]`` with ``λ`` a float or a 0-d/(B,) tensor.
+
+    Integer inputs are mixed in float32 (float64 for 32/64-bit integers) and rounded back,
+    clamped to the dtype's range (a convex combination never wraps round).
+    """
     dtype = compute_dtype(x.dtype)
-    partner = x[perm.to(x.device)]  # advanced indexing: much faster than index_select on CPU
+    partner = x[perm.to(x.device, non_blocking=True)]  # advanced indexing: fast on the CPU
     if dtype != x.dtype:
         partner = partner.to(dtype)
         base = x.to(dtype)
     else:
         base = x
-    if isinstance(lam, torch.Tensor):
-        weight = (1 - lam).to(device=x.device, dtype=dtype).view(-1, *([1] * (x.ndim - 1)))
-    else:
-        weight = 1.0 - lam
     # partner + (1 - λ)(x - partner): one fused pass, written over the gathered copy we own.
-    return cast_result(partner.lerp_(base, weight), x.dtype)
+    return cast_result(partner.lerp_(base, _weight(lam, partner)), x.dtype)
 
 
 def _mix_labels(
@@ -114,12 +127,8 @@ def _mix_labels(
 ) -> torch.Tensor:
     """Deterministic core: ``(1 - λ)·onehot(y) + λ·onehot(y[perm])`` as float labels."""
     dense = dense_labels(y, n_classes)
-    partner = dense[perm.to(dense.device)]
-    if isinstance(lam, torch.Tensor):
-        weight = (1 - lam).to(device=dense.device, dtype=dense.dtype).view(-1, 1)
-    else:
-        weight = 1.0 - lam
-    return partner.lerp_(dense, weight)
+    partner = dense[perm.to(dense.device, non_blocking=True)]
+    return partner.lerp_(dense, _weight(lam, partner))
 
 
 def mixup_batch(
@@ -143,10 +152,19 @@ def mixup_batch(
     are). :math:`\lambda` is one float for the batch or a ``(B,)`` tensor with one coefficient
     per sample, e.g. from ``gen_interpolation_lambda(alpha, batch_size=B)``.
 
+    Per-step friendly: no value is read on the host (label and λ range checks run eagerly on
+    CPU tensors, as device asserts on accelerators, and are skipped under ``torch.compile``);
+    under ``torch.compile(fullgraph=True)`` nothing recompiles when λ (a Python float, a 0-d
+    or a ``(B,)`` tensor) or the permutation changes. Only the shapes of ``x`` and ``y`` and
+    ``n_classes`` are part of the graph. ``generator`` cannot be traced by dynamo: inside a
+    compiled step pass ``generator=None`` (torch's global RNG) or ``indices``.
+
     Args:
-        x: inputs ``(B, ...)``; floating, or integer (mixed in float32, rounded back).
+        x: inputs ``(B, ...)``; floating, or integer (mixed in float32, or float64 for 32/64-bit
+            integers, rounded back and clamped to the dtype's range).
         y: class indices ``(B,)`` or dense labels ``(B, n_classes)``.
-        interpolation_lambda: :math:`\lambda` in ``[0, 1]``, a float or a ``(B,)`` tensor.
+        interpolation_lambda: :math:`\lambda` in ``[0, 1]``, a float, a 0-d tensor or a
+            ``(B,)`` tensor.
         n_classes: number of classes (``>= 1``).
         indices: the partner of each sample, ``(B,)`` integers in ``[0, B)``; a random
             permutation from ``generator`` when ``None``.
@@ -184,7 +202,7 @@ def mixup_batch(
     if indices is None:
         perm = random_permutation(batch, generator, x.device)
     else:
-        perm = check_indices(indices, batch).to(x.device)
+        perm = check_indices(indices, batch).to(x.device, non_blocking=True)
     x_mix = _mix_inputs(x, perm, lam)
     y_mix = _mix_labels(y_dense, perm, lam, n_classes)
     return x_mix, y_mix, perm

@@ -6,8 +6,6 @@ Popularised by fast.ai's DAWNBench ImageNet entries (Howard 2018); see also Touv
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
@@ -21,7 +19,11 @@ from functional._checks import (
     check_positive,
     check_same_batch,
     compute_dtype,
+    gather_rows_cols,
+    memory_format_of,
     random_device,
+    scalar_tensor,
+    sym_floor,
 )
 
 __all__ = ["progressive_resizing_scale", "resize_inputs"]
@@ -60,18 +62,71 @@ def progressive_resizing_scale(
     return initial_scale + (1.0 - initial_scale) * (progress / ramp_end)
 
 
-def _resize(t: torch.Tensor, scale: float, *, labels: bool = False) -> torch.Tensor:
-    """Bilinear resize (integer images in float32, rounded back); nearest for integer labels.
+# The largest output plane resize_inputs makes: torch's 32-bit-indexed interpolation kernels
+# (and any sane training image) stay below it; beyond it a typo such as scale_factor=1e6 would
+# otherwise end in an allocator failure or an int64 overflow deep inside torch.
+MAX_PLANE = 2**31 - 1
 
-    ``F.interpolate`` sizes its output ``floor(H·s)`` with the same float arithmetic as
-    :func:`resize_inputs`, and samples at the requested scale, as the peers do.
+
+def _source_index(
+    n_in: int, n_out: int, scale: torch.Tensor, *, nearest: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Source rows (``i0``, ``i1``) and the weight of ``i1`` for each of ``n_out`` outputs.
+
+    The sampling of ``F.interpolate(..., scale_factor=s, recompute_scale_factor=False)``:
+    bilinear ``src = (i + 1/2)/s - 1/2`` clamped at 0 (align_corners=False), nearest
+    ``floor(i/s)``; both clipped to the input.
+    """
+    i = torch.arange(n_out, device=scale.device, dtype=scale.dtype)
+    if nearest:
+        i0 = torch.floor(i / scale).long().clamp_max(n_in - 1)
+        return i0, i0, torch.zeros_like(i)
+    src = ((i + 0.5) / scale - 0.5).clamp_min(0)
+    i0 = torch.floor(src).long().clamp_max(n_in - 1)
+    i1 = (i0 + 1).clamp_max(n_in - 1)
+    return i0, i1, src - i0.to(scale.dtype)
+
+
+def _resize_by_index(
+    data: torch.Tensor, scale: float, size: tuple[int, int], *, nearest: bool
+) -> torch.Tensor:
+    """Bilinear (or nearest) resize as gathers and lerps with ``scale`` a tensor.
+
+    The compiled path of :func:`_resize`: ``F.interpolate`` specialises the graph on the value
+    of the scale (a recompile per value), this does not. ``data`` is floating ``(B, C, H, W)``.
+    """
+    compute = torch.float64 if data.dtype == torch.float64 else torch.float32
+    scale_t = scalar_tensor(scale, dtype=compute, device=data.device)
+    r0, r1, rw = _source_index(data.shape[-2], size[0], scale_t, nearest=nearest)
+    c0, c1, cw = _source_index(data.shape[-1], size[1], scale_t, nearest=nearest)
+    if nearest:
+        return gather_rows_cols(data, r0, c0)
+    x = data.to(compute)
+    rows = x.index_select(-2, r0).lerp_(x.index_select(-2, r1), rw[:, None])
+    out = rows.index_select(-1, c0).lerp_(rows.index_select(-1, c1), cw)
+    return out.to(data.dtype).contiguous(memory_format=memory_format_of(data))
+
+
+def _resize(
+    t: torch.Tensor, scale: float, size: tuple[int, int], *, labels: bool = False
+) -> torch.Tensor:
+    """Bilinear resize (integer images in float32/float64, rounded back); nearest for integer
+    labels.
+
+    Eagerly ``F.interpolate`` (the fastest kernel); under ``torch.compile`` the same sampling
+    written as gathers (see :func:`_resize_by_index`), so a new scale with the same output size
+    does not recompile.
     """
     squeeze = t.ndim == 3
     data = t.unsqueeze(1) if squeeze else t
-    if labels and not t.is_floating_point():  # class maps: never invent in-between classes
+    nearest = labels and not t.is_floating_point()  # class maps: never invent in-between classes
+    if torch.compiler.is_compiling():
+        source = data if nearest else data.to(compute_dtype(t.dtype))
+        out = _resize_by_index(source, scale, size, nearest=nearest)
+    elif nearest:
         out = F.interpolate(
             data.float(), scale_factor=(scale, scale), mode="nearest", recompute_scale_factor=False
-        ).to(t.dtype)
+        )
     else:
         out = F.interpolate(
             data.to(compute_dtype(t.dtype)),
@@ -80,13 +135,22 @@ def _resize(t: torch.Tensor, scale: float, *, labels: bool = False) -> torch.Ten
             align_corners=False,
             recompute_scale_factor=False,
         )
-        out = cast_result(out, t.dtype)
+    out = out.to(t.dtype) if nearest else cast_result(out, t.dtype)
     return out.squeeze(1) if squeeze else out
 
 
-def _crop(t: torch.Tensor, top: int, left: int, size: tuple[int, int]) -> torch.Tensor:
-    """Deterministic core of 'crop': a copy of the window at ``(top, left)``."""
-    return t[..., top : top + size[0], left : left + size[1]].clone()
+def _crop(
+    t: torch.Tensor, top: torch.Tensor, left: torch.Tensor, size: tuple[int, int]
+) -> torch.Tensor:
+    """Deterministic core of 'crop': a copy of the window at ``(top, left)`` (0-d int tensors).
+
+    Gathered with ``top + arange(h)`` and ``left + arange(w)``: the offsets never reach the
+    host, and the memory format is kept.
+    """
+    device = top.device
+    rows = top + torch.arange(size[0], device=device)
+    cols = left + torch.arange(size[1], device=device)
+    return gather_rows_cols(t, rows, cols)
 
 
 def resize_inputs(
@@ -107,11 +171,22 @@ def resize_inputs(
     and the same window of the targets when ``resize_targets=True``. When the size does not
     change, ``X`` and ``y`` are returned as they are.
 
+    Per-step friendly: the crop offsets are drawn as tensors and applied as a gather of
+    ``offset + arange`` (no value read on the host). The output shape is part of a compiled
+    graph, so under ``torch.compile`` a scale that changes :math:`\lfloor Hs \rfloor` or
+    :math:`\lfloor Ws \rfloor` recompiles (by design); a new scale with the same output size
+    and new crop offsets do not (the compiled 'resize' samples with gathers, equal to the eager
+    ``F.interpolate`` within rounding). ``generator`` cannot be traced by dynamo: inside a
+    compiled step pass ``generator=None``.
+
     Args:
         X: images ``(B, C, H, W)``.
         y: targets, returned as they are unless ``resize_targets`` is true; then a tensor
             ``(B, H, W)`` or ``(B, C', H, W)`` with the spatial size of ``X``.
-        scale_factor: :math:`s` in ``(0, 1]``; for ``'resize'`` larger values upsample.
+        scale_factor: :math:`s` in ``(0, 1]``; for ``'resize'`` larger values upsample, up to
+            an output plane :math:`\lfloor Hs \rfloor \lfloor Ws \rfloor` of at most
+            ``2**31 - 1`` pixels (larger is refused at entry: it would not fit torch's
+            interpolation kernels, nor, for any batch, memory).
         mode: ``'resize'`` or ``'crop'``.
         resize_targets: also resize (or crop) ``y``.
         generator: source of randomness for the crop position.
@@ -140,11 +215,21 @@ def resize_inputs(
     else:
         scale = check_positive(scale_factor, "scale_factor")
     height, width = X.shape[-2:]
-    size = (math.floor(height * scale), math.floor(width * scale))
+    if mode == "resize" and height * width and (height * scale) * (width * scale) > 2 * MAX_PLANE:
+        raise ValueError(  # checked on the floats first: floor() of 1e300 would be a huge int
+            f"scale_factor={scale_factor} makes an output plane of more than {MAX_PLANE} pixels "
+            f"from {height}x{width} images"
+        )
+    size = (sym_floor(height * scale), sym_floor(width * scale))
     if min(size) < 1:
         raise ValueError(
             f"scale_factor={scale_factor} shrinks the {height}x{width} images to nothing "
             f"({size[0]}x{size[1]})"
+        )
+    if size[0] * size[1] > MAX_PLANE:
+        raise ValueError(
+            f"scale_factor={scale_factor} makes {size[0]}x{size[1]} output planes from "
+            f"{height}x{width} images; at most {MAX_PLANE} pixels per plane are supported"
         )
     if resize_targets:
         check_ndim(y, "y", (3, 4), "(B, H, W) or (B, C, H, W)")
@@ -157,10 +242,10 @@ def resize_inputs(
     if size == (height, width):
         return X, y
     if mode == "resize":
-        X_sized = _resize(X, scale)
-        return X_sized, (_resize(y, scale, labels=True) if resize_targets else y)
+        X_sized = _resize(X, scale, size)
+        return X_sized, (_resize(y, scale, size, labels=True) if resize_targets else y)
     device = random_device(generator)
-    top = int(torch.randint(0, height - size[0] + 1, (), generator=generator, device=device))
-    left = int(torch.randint(0, width - size[1] + 1, (), generator=generator, device=device))
+    top = torch.randint(0, height - size[0] + 1, (), generator=generator, device=device)
+    left = torch.randint(0, width - size[1] + 1, (), generator=generator, device=device)
     X_sized = _crop(X, top, left, size)
     return X_sized, (_crop(y, top, left, size) if resize_targets else y)

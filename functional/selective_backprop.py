@@ -6,11 +6,14 @@ Paper: `Accelerating Deep Learning by Focusing on the Biggest Losers
 
 from __future__ import annotations
 
+import copy
+import functools
 import inspect
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from torch.nn.modules.loss import _Loss
 
 from functional._checks import (
     check_generator,
@@ -21,6 +24,7 @@ from functional._checks import (
     check_same_batch,
     check_tensor,
     random_device,
+    sym_floor,
 )
 
 __all__ = ["select_using_loss", "should_selective_backprop"]
@@ -67,42 +71,67 @@ def should_selective_backprop(
     return in_window and (interrupt == 0 or (batch_idx + 1) % interrupt != 0)
 
 
-def _check_loss_fun(loss_fun: object) -> None:
+def _per_sample_loss(loss_fun: object) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``loss_fun`` as a function of ``(output, y)`` that returns one loss per sample.
+
+    A loss module (``torch.nn.modules.loss._Loss``, e.g. ``nn.CrossEntropyLoss(weight=w)``) is
+    used with every setting it was built with except its reduction, which is ``'none'`` here
+    (a shallow copy; the caller's module is not touched): selection needs per-sample losses,
+    and a module built with ``reduction='mean'`` (the default) is what users naturally pass.
+    Any other callable is called as ``loss_fun(output, y, reduction='none')`` and must accept
+    that keyword (checked here, before the scoring pass).
+    """
     if not callable(loss_fun):
         raise TypeError(f"loss_fun must be callable, got {type(loss_fun).__name__}")
+    if isinstance(loss_fun, _Loss):
+        per_sample = copy.copy(loss_fun)
+        per_sample.reduction = "none"
+        return per_sample
     try:
         params = inspect.signature(loss_fun).parameters
     except (TypeError, ValueError):  # builtins without a signature: trust the caller
-        return
-    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    if "reduction" not in params and not takes_kwargs:
-        raise TypeError(
-            "loss_fun must accept a `reduction` keyword argument (it is called as "
-            "loss_fun(output, y, reduction='none')), e.g. torch.nn.functional.cross_entropy"
-        )
+        params = None
+    if params is not None:
+        takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        if "reduction" not in params and not takes_kwargs:
+            raise TypeError(
+                "loss_fun must accept a `reduction` keyword argument (it is called as "
+                "loss_fun(output, y, reduction='none')), e.g. torch.nn.functional.cross_entropy, "
+                "or be a torch.nn loss module"
+            )
+    return functools.partial(loss_fun, reduction="none")
 
 
-def _log_selection_weights(n: int, keep: float) -> torch.Tensor:
+def _log_selection_weights(n: int, keep: float, device: torch.device) -> torch.Tensor:
     """Log selection weight of the sample of loss rank ``r`` (0 = lowest): ``(1/keep - 1)·log((r + ½)/n)``.
 
     Jiang et al. select with probability rising as a power of the loss percentile; the exponent
     ``1/keep - 1`` makes the selection sharper as ``keep`` shrinks (uniform at ``keep = 1``).
+    ``keep`` enters as a multiplier of a tensor, so a symbolic float under compile stays one.
     """
-    percentile = (torch.arange(n, dtype=torch.float64) + 0.5) / n
-    return (1.0 / keep - 1.0) * percentile.log()
+    percentile = (torch.arange(n, dtype=torch.float64, device=device) + 0.5) / n
+    return percentile.log() * (1.0 / keep - 1.0)
 
 
-def _choose(losses: torch.Tensor, keep: float, generator: torch.Generator | None) -> torch.Tensor:
-    """Indices of ``int(B·keep)`` samples, without replacement, weighted by loss rank, sorted."""
+def _choose(
+    losses: torch.Tensor, keep: float, n_select: int, generator: torch.Generator | None
+) -> torch.Tensor:
+    """Indices of ``n_select`` samples, without replacement, weighted by loss rank, sorted.
+
+    Everything runs on the losses' device (the uniforms are drawn on the generator's device
+    and moved there without a host read); the output size ``n_select`` is a Python int.
+    """
     n = losses.shape[0]
-    n_select = int(n * keep)
-    ranked = torch.argsort(losses.detach().float().cpu(), stable=True)  # rank r -> sample
+    device = losses.device
+    ranked = torch.argsort(losses.detach().float(), stable=True)  # rank r -> sample
     # Drawing one by one in proportion to the weights, without replacement, is the same as
     # taking the top-k of log-weight + Gumbel noise (Efraimidis and Spirakis 2006).
-    device = random_device(generator)
-    uniform = torch.rand(n, dtype=torch.float64, generator=generator, device=device).cpu()
+    uniform = torch.rand(
+        n, dtype=torch.float64, generator=generator, device=random_device(generator)
+    )
+    uniform = uniform.to(device, non_blocking=True)
     gumbel = -torch.log(-torch.log(uniform.clamp_min(1e-300)))
-    keys = _log_selection_weights(n, keep) + gumbel
+    keys = _log_selection_weights(n, keep, device) + gumbel
     picked_ranks = torch.topk(keys, n_select).indices
     return ranked[picked_ranks].sort().values
 
@@ -111,7 +140,7 @@ def _score(
     model: torch.nn.Module,
     X: torch.Tensor,
     y: torch.Tensor,
-    loss_fun: Callable[..., torch.Tensor],
+    loss_fun: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     scale_factor: float,
 ) -> torch.Tensor:
     """Per-sample losses from a gradient-free forward pass that leaves the model as it was.
@@ -132,7 +161,7 @@ def _score(
     try:
         with torch.no_grad():
             output = model(X)
-            losses = loss_fun(output, y, reduction="none")
+            losses = loss_fun(output, y)
     finally:
         with torch.no_grad():
             for buffer, value in zip(buffers, saved, strict=True):
@@ -164,15 +193,24 @@ def select_using_loss(
     ``scale_factor < 1`` the scoring pass runs on a bilinearly downsampled copy of ``X``, which
     is cheaper; the rows returned are always the original ones, in batch order.
 
+    Per-step friendly: ranking and drawing run on the data's device (no value is read on the
+    host). Under ``torch.compile`` the output size ``int(B·keep)`` is part of the graph: a
+    ``keep`` that changes it recompiles (by design), a new ``keep`` with the same count does
+    not. ``scale_factor`` is a constant of the graph (``F.interpolate`` specialises on it).
+    ``generator`` cannot be traced by dynamo: inside a compiled step pass ``generator=None``.
+
     Args:
         X: inputs ``(B, ...)``; ``(B, C, *spatial)`` with 1 to 3 spatial dims if
             ``scale_factor < 1``.
         y: targets ``(B, ...)``.
         model: the model being trained.
-        loss_fun: called as ``loss_fun(model(X), y, reduction='none')``; must return one loss per
-            sample, shape ``(B,)`` (like :func:`torch.nn.functional.cross_entropy`).
+        loss_fun: a function called as ``loss_fun(model(X), y, reduction='none')`` that returns
+            one loss per sample, shape ``(B,)`` (like :func:`torch.nn.functional.cross_entropy`),
+            or a torch loss module (``nn.CrossEntropyLoss(...)``), used with its settings but
+            ``reduction='none'`` whatever reduction it was built with.
         keep: fraction of the batch to keep, in ``[0, 1]``.
-        scale_factor: downsampling of the scoring pass, in ``(0, 1]``.
+        scale_factor: downsampling of the scoring pass, in ``(0, 1]``; every spatial side must
+            keep at least one pixel (checked at entry).
         generator: source of randomness for the draw.
 
     Returns:
@@ -198,25 +236,33 @@ def select_using_loss(
         raise ValueError(f"X must have a batch dimension (B, ...), got shape {tuple(X.shape)}")
     check_same_batch(X, y, "X", "y")
     check_module(model)
-    _check_loss_fun(loss_fun)
+    per_sample_loss = _per_sample_loss(loss_fun)
     keep = check_probability(keep, "keep")
     scale_factor = check_in_range(scale_factor, "scale_factor", 0.0, 1.0, low_inclusive=False)
-    if scale_factor < 1.0 and X.ndim not in _INTERPOLATION:
-        raise ValueError(
-            "X must have 1 to 3 spatial dims, (B, C, L), (B, C, H, W) or (B, C, D, H, W), to be "
-            f"scored at scale_factor={scale_factor} < 1, got shape {tuple(X.shape)}"
-        )
+    if scale_factor < 1.0:
+        if X.ndim not in _INTERPOLATION:
+            raise ValueError(
+                "X must have 1 to 3 spatial dims, (B, C, L), (B, C, H, W) or (B, C, D, H, W), "
+                f"to be scored at scale_factor={scale_factor} < 1, got shape {tuple(X.shape)}"
+            )
+        spatial = tuple(X.shape[2:])
+        if any(sym_floor(side * scale_factor) < 1 for side in spatial):
+            raise ValueError(
+                f"scale_factor={scale_factor} shrinks the spatial size {spatial} of X to nothing "
+                f"for the scoring pass; use a scale_factor >= {1 / min(spatial)} (or 1.0)"
+            )
     check_generator(generator)
     batch = X.shape[0]
-    if int(batch * keep) == 0:
+    n_select = sym_floor(batch * keep)
+    if n_select == 0:
         index = torch.zeros(0, dtype=torch.long, device=X.device)
         return X[index], y[index.to(y.device)]
-    losses = _score(model, X, y, loss_fun, scale_factor)
+    losses = _score(model, X, y, per_sample_loss, scale_factor)
     if not isinstance(losses, torch.Tensor) or losses.shape != (batch,):
         shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
         raise ValueError(
             f"loss_fun(output, y, reduction='none') must return one loss per sample, shape "
             f"({batch},), got {shape}"
         )
-    chosen = _choose(losses, keep, generator)
-    return X[chosen.to(X.device)], y[chosen.to(y.device)]
+    chosen = _choose(losses, keep, n_select, generator)
+    return X[chosen.to(X.device, non_blocking=True)], y[chosen.to(y.device, non_blocking=True)]

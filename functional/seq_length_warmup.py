@@ -76,6 +76,10 @@ def apply_seq_length_warmup(
     pieces consecutively), giving a batch of :math:`B \lfloor L / c \rfloor` rows. When
     ``curr_seq_len >= L`` the tensors are returned as they are. Other values pass through.
 
+    Per-step friendly: slicing and reshaping only, no value read on the host. ``curr_seq_len``
+    sets the output shape, so under ``torch.compile`` a new length recompiles (by design; dynamo
+    may then treat it as a dynamic size); the same length with new data does not.
+
     Args:
         batch: a mapping of names to tensors ``(B, L, ...)``, e.g. ``input_ids``,
             ``attention_mask`` and ``labels`` of a Hugging Face batch.
