@@ -6,7 +6,6 @@ Paper: `Accelerating Deep Learning by Focusing on the Biggest Losers
 
 from __future__ import annotations
 
-import copy
 import functools
 import inspect
 from collections.abc import Callable
@@ -71,12 +70,25 @@ def should_selective_backprop(
     return in_window and (interrupt == 0 or (batch_idx + 1) % interrupt != 0)
 
 
+def _unreduced(module: _Loss, output: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``module(output, y)`` with its ``reduction`` set to ``'none'`` for the call only.
+
+    Set and restored on the module itself (a copy cannot be made under ``torch.compile``).
+    """
+    saved = module.reduction
+    module.reduction = "none"
+    try:
+        return module(output, y)
+    finally:
+        module.reduction = saved
+
+
 def _per_sample_loss(loss_fun: object) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """``loss_fun`` as a function of ``(output, y)`` that returns one loss per sample.
 
     A loss module (``torch.nn.modules.loss._Loss``, e.g. ``nn.CrossEntropyLoss(weight=w)``) is
-    used with every setting it was built with except its reduction, which is ``'none'`` here
-    (a shallow copy; the caller's module is not touched): selection needs per-sample losses,
+    used with every setting it was built with except its reduction, which is ``'none'`` for
+    the scoring call (and restored right after): selection needs per-sample losses,
     and a module built with ``reduction='mean'`` (the default) is what users naturally pass.
     Any other callable is called as ``loss_fun(output, y, reduction='none')`` and must accept
     that keyword (checked here, before the scoring pass).
@@ -84,13 +96,13 @@ def _per_sample_loss(loss_fun: object) -> Callable[[torch.Tensor, torch.Tensor],
     if not callable(loss_fun):
         raise TypeError(f"loss_fun must be callable, got {type(loss_fun).__name__}")
     if isinstance(loss_fun, _Loss):
-        per_sample = copy.copy(loss_fun)
-        per_sample.reduction = "none"
-        return per_sample
-    try:
-        params = inspect.signature(loss_fun).parameters
-    except (TypeError, ValueError):  # builtins without a signature: trust the caller
-        params = None
+        return functools.partial(_unreduced, loss_fun)
+    params = None
+    if not torch.compiler.is_compiling():  # dynamo cannot trace inspect; eager calls check it
+        try:
+            params = inspect.signature(loss_fun).parameters
+        except (TypeError, ValueError):  # builtins without a signature: trust the caller
+            pass
     if params is not None:
         takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         if "reduction" not in params and not takes_kwargs:
