@@ -3,7 +3,8 @@
 For every op: the input is never modified; dtype and device are kept (uint8 where the op makes
 sense for integer images, float16, bfloat16, float32, float64); the same seed gives the same
 output; float64 ``gradcheck`` passes where the op is differentiable; an empty batch works;
-non-contiguous and channels_last inputs give the same values as contiguous ones; and, where
+non-contiguous and channels_last inputs give the same values as contiguous ones (and image
+outputs of a channels_last input are channels_last); and, where
 the op treats samples independently, the batched output equals the per-sample outputs.
 """
 
@@ -231,7 +232,10 @@ def test_non_contiguous_input(case: OpCase) -> None:
 def test_channels_last_input(case: OpCase, dtype: torch.dtype) -> None:
     x = _image(dtype)
     last = x.to(memory_format=torch.channels_last)
-    _assert_same(_call(case, last), _call(case, x))
+    out = _call(case, last)
+    _assert_same(out, _call(case, x))
+    if out.ndim == 4:  # every image op keeps the input's memory format
+        assert out.is_contiguous(memory_format=torch.channels_last), case.name
 
 
 @pytest.mark.parametrize(

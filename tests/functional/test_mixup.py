@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import functional as F
 from tests.functional import reference
@@ -134,3 +136,55 @@ def test_bad_arguments_raise_value_error(kwargs, match) -> None:
 def test_bad_types_raise_type_error(kwargs, match) -> None:
     with pytest.raises(TypeError, match=match):
         _mixup_with(**kwargs)
+
+
+# --- issue 13 regressions ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int16, torch.uint8])
+def test_integer_mixing_near_the_maximum_stays_within_the_inputs_range(dtype) -> None:
+    # float32 holds 2**31 - 1 as 2**31: clamped there and cast back it wrapped to -2**31.
+    top = torch.iinfo(dtype).max
+    x = torch.tensor([top, top - 100, top - 1, top]).to(dtype).view(4, 1, 1, 1)
+    perm = torch.tensor([1, 0, 3, 2])
+    for lam in (0.0, 0.3, 0.5, 1.0):
+        out, _, _ = F.mixup_batch(x, torch.zeros(4, dtype=torch.long), lam, 2, indices=perm)
+        low = torch.minimum(x, x[perm])
+        high = torch.maximum(x, x[perm])
+        assert out.dtype == dtype
+        if dtype == torch.int64:  # float64 rounds beyond 2**53: within the dtype, near the inputs
+            assert bool((out > 0).all())
+            assert bool(((out - low).abs() <= 2048).all())
+        else:
+            assert bool(((out >= low) & (out <= high)).all()), (lam, out.flatten().tolist())
+
+
+@given(st.floats(min_value=5e-324, max_value=1e-3, allow_subnormal=True), st.integers(0, 2**32))
+def test_lambda_of_tiny_alpha_is_in_the_unit_interval(alpha, seed) -> None:
+    lam = F.gen_interpolation_lambda(alpha, generator=_gen(seed))
+    assert 0.0 <= lam <= 1.0  # NaN fails this
+    lams = F.gen_interpolation_lambda(alpha, batch_size=64, generator=_gen(seed))
+    assert bool(((lams >= 0) & (lams <= 1)).all())
+
+
+def test_subnormal_alpha_gives_a_fair_coin() -> None:
+    lams = F.gen_interpolation_lambda(5e-324, batch_size=4000, generator=_gen(1))
+    assert bool(((lams == 0) | (lams == 1)).all())
+    assert abs(lams.mean().item() - 0.5) < 0.05
+
+
+@pytest.mark.parametrize("lam", [0.3, torch.tensor(0.3), torch.full((4,), 0.3)])
+def test_lambda_as_float_0d_or_per_sample_tensor_agree(lam) -> None:
+    x, y = torch.rand(4, 3, 5, 5), torch.tensor([0, 1, 2, 3])
+    perm = torch.tensor([1, 2, 3, 0])
+    want = F.mixup_batch(x, y, 0.3, 4, indices=perm)
+    got = F.mixup_batch(x, y, lam, 4, indices=perm)
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1])
+
+
+@pytest.mark.parametrize("lam", [torch.tensor(1.5), torch.tensor([0.2, -0.1, 0.3, 0.4])])
+def test_tensor_lambda_out_of_range_is_refused(lam) -> None:
+    x, y = torch.rand(4, 3), torch.tensor([0, 1, 2, 3])
+    with pytest.raises(ValueError, match=r"interpolation_lambda must be in \[0, 1\]"):
+        F.mixup_batch(x, y, lam, 4)

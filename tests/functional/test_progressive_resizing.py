@@ -143,3 +143,51 @@ def test_bad_arguments(kwargs, error, match) -> None:
     args.update(kwargs)
     with pytest.raises(error, match=match):
         F.resize_inputs(**args)
+
+
+# --- issue 13 regressions ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scale", [1e6, 1e12, 1e300])
+def test_huge_scale_is_refused_at_entry(scale) -> None:
+    X = torch.rand(2, 3, 32, 32)
+    with pytest.raises(ValueError, match=r"scale_factor=.*output plane"):
+        F.resize_inputs(X, torch.zeros(2), scale)
+
+
+def test_largest_allowed_plane_is_documented_limit() -> None:
+    from functional.progressive_resizing import MAX_PLANE
+
+    assert MAX_PLANE == 2**31 - 1
+    X = torch.rand(1, 1, 2, 2)
+    with pytest.raises(ValueError, match="output plane|pixels per plane"):
+        F.resize_inputs(X, torch.zeros(1), 40_000.0)  # 80000 x 80000 > 2**31 - 1
+
+
+@pytest.mark.parametrize("mode", ["resize", "crop"])
+def test_int32_near_the_maximum_does_not_wrap(mode) -> None:
+    top = torch.iinfo(torch.int32).max
+    X = torch.full((1, 1, 8, 8), top, dtype=torch.int32)
+    X[..., ::2] = top - 7
+    out, _ = F.resize_inputs(X, torch.zeros(1), 0.5, mode, generator=torch.Generator())
+    assert out.dtype == torch.int32
+    assert bool(((out >= top - 7) & (out <= top)).all()), out.unique()
+
+
+@pytest.mark.parametrize("mode", ["resize", "crop"])
+def test_channels_last_is_kept(mode) -> None:
+    X = torch.rand(2, 3, 9, 10).to(memory_format=torch.channels_last)
+    out, _ = F.resize_inputs(X, torch.zeros(2), 0.5, mode)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_crop_equals_the_window_at_the_drawn_offsets() -> None:
+    # the gather of offset + arange is the same window the old slicing took
+    X = torch.arange(2 * 3 * 10 * 9, dtype=torch.float32).view(2, 3, 10, 9)
+    out, _ = F.resize_inputs(
+        X, torch.zeros(2), 0.5, "crop", generator=torch.Generator().manual_seed(4)
+    )
+    g = torch.Generator().manual_seed(4)
+    top = int(torch.randint(0, 10 - 5 + 1, (), generator=g))
+    left = int(torch.randint(0, 9 - 4 + 1, (), generator=g))
+    assert torch.equal(out, X[..., top : top + 5, left : left + 4])

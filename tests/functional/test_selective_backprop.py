@@ -166,3 +166,56 @@ def test_scale_factor_needs_spatial_inputs() -> None:
             0.5,
             0.5,
         )
+
+
+# --- issue 13 regressions ---------------------------------------------------------------------
+
+
+def _cnn() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 3),
+    )
+
+
+def test_scale_factor_that_empties_the_images_is_refused_at_entry() -> None:
+    X, y = torch.rand(4, 3, 6, 9), torch.tensor([0, 1, 2, 0])
+    model = torch.nn.Module()  # never called: the check comes before the scoring pass
+    with pytest.raises(ValueError, match=r"scale_factor=0.1 shrinks the spatial size \(6, 9\)"):
+        F.select_using_loss(X, y, model, torch.nn.functional.cross_entropy, 0.5, 0.1)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_loss_module_is_scored_per_sample_whatever_its_reduction(reduction) -> None:
+    X, y = torch.rand(8, 3, 6, 6), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    weight = torch.tensor([1.0, 2.0, 0.5])
+    module = torch.nn.CrossEntropyLoss(weight=weight, label_smoothing=0.1, reduction=reduction)
+
+    def functional(output, target, reduction):
+        return torch.nn.functional.cross_entropy(
+            output, target, weight=weight, label_smoothing=0.1, reduction=reduction
+        )
+
+    want = F.select_using_loss(
+        X, y, _cnn(), functional, 0.5, generator=torch.Generator().manual_seed(2)
+    )
+    got = F.select_using_loss(X, y, _cnn(), module, 0.5, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert module.reduction == reduction  # restored
+
+
+def test_callable_without_reduction_keyword_is_refused_at_entry() -> None:
+    X, y = torch.rand(4, 3, 6, 6), torch.tensor([0, 1, 2, 0])
+    with pytest.raises(TypeError, match="loss_fun must accept a `reduction` keyword"):
+        F.select_using_loss(X, y, _cnn(), lambda out, target: out.sum(), 0.5)
+
+
+def test_selection_runs_on_the_data_device_and_keeps_channels_last() -> None:
+    X = torch.rand(8, 3, 6, 6).to(memory_format=torch.channels_last)
+    y = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    Xs, ys = F.select_using_loss(X, y, _cnn(), torch.nn.functional.cross_entropy, 0.5)
+    assert Xs.shape == (4, 3, 6, 6) and ys.shape == (4,)
+    assert Xs.is_contiguous(memory_format=torch.channels_last)
