@@ -523,11 +523,11 @@ _WIDE_INTEGERS = frozenset(
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The floating dtype an op computes in for data of ``dtype``.
 
-    Floating dtypes are kept; 8- and 16-bit integers compute in float32 (exact); 32- and 64-bit
+    Floating and complex dtypes are kept; 8- and 16-bit integers compute in float32 (exact); 32- and 64-bit
     integers in float64 (exact for int32; int64 beyond 2**53 is rounded to float64's precision).
     Compare :func:`accumulation_dtype`, which also lifts half precisions to float32.
     """
-    if dtype.is_floating_point:
+    if dtype.is_floating_point or dtype.is_complex:
         return dtype
     return torch.float64 if dtype in _WIDE_INTEGERS else torch.float32
 

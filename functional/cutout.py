@@ -29,7 +29,9 @@ def _hole_side(length: object, height: int, width: int) -> int:
         side = int(length)
         if side < 1:
             raise ValueError(f"length in pixels must be >= 1, got {length}")
-        return side
+        # A side of 2·max(H, W) already covers the whole image from any centre; capping there
+        # keeps the box arithmetic inside int64 for absurd lengths (10**30).
+        return min(side, 2 * max(height, width))
     fraction = float(length)
     if not 0.0 < fraction < 1.0:
         raise ValueError(

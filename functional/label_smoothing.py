@@ -80,6 +80,10 @@ def smooth_labels(
     check_ndim(logits, "logits", tuple(range(2, 12)), "(N, C, ...)")
     alpha = _check_alpha(alpha)
     n_classes = logits.shape[1]
+    if n_classes == 0:
+        raise ValueError(
+            f"logits must have at least one class along dim 1, got shape {tuple(logits.shape)}"
+        )
     dtype = logits.dtype if logits.is_floating_point() else torch.get_default_dtype()
     index_shape = logits.shape[:1] + logits.shape[2:]
     # 0-d tensors, even for a Python float: a graph input under compile, not a constant.

@@ -214,6 +214,8 @@ def resize_inputs(
         scale = check_in_range(scale_factor, "scale_factor", 0.0, 1.0, low_inclusive=False)
     else:
         scale = check_positive(scale_factor, "scale_factor")
+    if mode == "resize" and X.is_complex():
+        raise TypeError(f"X must be a real tensor for mode='resize' (bilinear), got {X.dtype}")
     height, width = X.shape[-2:]
     if mode == "resize" and height * width and (height * scale) * (width * scale) > 2 * MAX_PLANE:
         raise ValueError(  # checked on the floats first: floor() of 1e300 would be a huge int

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -151,3 +152,147 @@ def test_ema_smoothing_is_monotone_in_half_life_and_bounded(a, b, interval) -> N
     short, long = sorted((a, b))
     s_short, s_long = F.ema_smoothing(short, interval), F.ema_smoothing(long, interval)
     assert 0.0 <= s_short <= s_long <= 1.0
+
+
+# --- adversarial sweep of the batch and label ops (issue 13) ----------------------------------
+# Every op, on batch sizes 0, 1 and 3, every float, integer and bool dtype, contiguous,
+# channels_last and transposed layouts, the meta device and inference_mode: the op runs, keeps
+# dtype, shape rules and memory format, and leaves finite inputs finite.
+
+_SWEEP_DTYPES = (
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+)
+
+
+def _sweep_ops(x: torch.Tensor) -> dict:
+    batch, device = x.shape[0], x.device
+    y = torch.arange(batch, device=device) % 5
+    real = x if x.is_floating_point() else x.float()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 5),
+    ).to(device=device, dtype=real.dtype)
+    index_targets = torch.zeros(batch, *x.shape[2:], dtype=torch.long, device=device)
+    return {
+        "mixup": lambda: F.mixup_batch(x, y, 0.3, 5)[0],
+        "mixup_per_sample": lambda: F.mixup_batch(x, y, torch.rand(batch, device=device), 5)[0],
+        "cutmix": lambda: F.cutmix_batch(x, y, 5)[0],
+        "cutout": lambda: F.cutout(x, 2, 3),
+        "cutout_per_sample": lambda: F.cutout(x, 2, 0.5, per_sample=True),
+        "colout_batch": lambda: F.colout_batch(x, 0.3, 0.3),
+        "resize": lambda: F.resize_inputs(x, y, 0.5)[0],
+        "resize_up": lambda: F.resize_inputs(x, y, 1.5)[0],
+        "crop": lambda: F.resize_inputs(x, y, 0.5, "crop")[0],
+        "smooth_labels": lambda: F.smooth_labels(real, index_targets, 0.1),
+        "select_using_loss": lambda: F.select_using_loss(
+            real, y, model, torch.nn.functional.cross_entropy, 0.5
+        )[0],
+    }
+
+
+def _sweep_input(batch: int, dtype: torch.dtype, layout: str, device: str) -> torch.Tensor:
+    shape = (batch, 3, 6, 7) if layout == "transposed" else (batch, 3, 7, 6)
+    if device == "meta":
+        x = torch.empty(shape, dtype=dtype, device="meta")
+    else:
+        values = torch.rand(
+            shape, generator=torch.Generator().manual_seed(batch), dtype=torch.float64
+        )
+        x = (values > 0.5).to(dtype) if dtype == torch.bool else (values * 100).to(dtype)
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    elif layout == "transposed":
+        x = x.transpose(-1, -2)
+    return x
+
+
+_SWEEP = [
+    *(
+        (b, layout, "cpu", _SWEEP_DTYPES)
+        for b in (0, 1, 3)
+        for layout in ("contiguous", "channels_last", "transposed")
+    ),
+    # meta tensors go through Python meta kernels (slow): fewer dtypes
+    (3, "contiguous", "meta", (torch.uint8, torch.int32, torch.float32)),
+    (3, "channels_last", "meta", (torch.bool, torch.bfloat16, torch.float64)),
+    (0, "contiguous", "meta", (torch.float32,)),
+]
+
+
+@pytest.mark.parametrize(("batch", "layout", "device", "dtypes"), _SWEEP)
+def test_adversarial_sweep_of_the_batch_ops(batch, layout, device, dtypes) -> None:
+    for dtype in dtypes:
+        x = _sweep_input(batch, dtype, layout, device)
+        for inference in (False, True):
+            for name, op in _sweep_ops(x).items():
+                where = f"{name} {dtype} inference_mode={inference}"
+                with torch.inference_mode(inference):
+                    out = op()
+                if name not in ("smooth_labels", "select_using_loss"):
+                    assert out.dtype == dtype, where
+                assert out.device == x.device, where
+                if layout == "channels_last" and batch > 1 and out.ndim == 4:
+                    assert out.is_contiguous(memory_format=torch.channels_last), where
+                if device == "cpu" and out.is_floating_point() and out.numel():
+                    assert bool(torch.isfinite(out.float()).all()), where
+
+
+@given(
+    st.floats(min_value=5e-324, max_value=1e300, allow_subnormal=True),
+    st.integers(1, 9),
+    st.integers(1, 9),
+    seeds,
+)
+def test_cutmix_labels_stay_a_distribution_for_any_alpha(alpha, height, width, seed) -> None:
+    x = torch.rand(3, 2, height, width)
+    y_mix = F.cutmix_batch(
+        x, torch.tensor([0, 1, 2]), 3, alpha=alpha, generator=torch.Generator().manual_seed(seed)
+    )[1]
+    assert bool(((y_mix >= 0) & (y_mix <= 1)).all())
+    torch.testing.assert_close(y_mix.sum(1), torch.ones(3))
+
+
+@given(st.integers(1, 10**40), st.integers(1, 5), st.integers(1, 9), st.integers(1, 9))
+def test_cutout_accepts_any_side_in_pixels(length, n_holes, height, width) -> None:
+    x = torch.ones(2, 1, height, width)
+    out = F.cutout(x, n_holes, length, generator=torch.Generator().manual_seed(0))
+    assert out.shape == x.shape and bool(((out == 0) | (out == 1)).all())
+    assert bool((out == 0).any())  # a hole centred on a pixel always covers that pixel
+
+
+@given(st.sampled_from([float("nan"), float("inf"), -float("inf")]), seeds)
+def test_cutout_and_cutmix_holes_replace_non_finite_values(bad, seed) -> None:
+    x = torch.full((2, 1, 5, 4), bad)
+    out = F.cutout(x, 1, 10, generator=torch.Generator().manual_seed(seed))
+    assert bool((out == 0).all())  # a hole of side 10 covers the 5 x 4 image: 0, never NaN
+    clean = torch.zeros(2, 1, 5, 4)
+    mixed = F.cutmix_batch(clean, torch.tensor([0, 1]), 2, bbox=(0, 0, 2, 2))[0]
+    assert bool((mixed == 0).all())
+
+
+def test_bad_scalars_are_refused_at_entry() -> None:
+    x, y = torch.rand(2, 3, 4, 4), torch.tensor([0, 1])
+    with pytest.raises(ValueError, match="logits must have at least one class"):
+        F.smooth_labels(torch.zeros(2, 0), y, 0.1)
+    with pytest.raises(TypeError, match="alpha must be a float or a 0-d floating tensor"):
+        F.smooth_labels(torch.zeros(2, 3), y, torch.tensor(1))
+    with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\]"):
+        F.smooth_labels(torch.zeros(2, 3), y, torch.tensor(float("nan")))
+    with pytest.raises(TypeError, match="must be a real tensor for mode='resize'"):
+        F.resize_inputs(x.to(torch.complex64), y, 0.5)
+    with pytest.raises(ValueError, match="bbox must be"):
+        F.cutmix_batch(x, y, 2, bbox=torch.tensor([3, 3, 1, 1]))
+    with pytest.raises(ValueError, match="must not be NaN"):
+        F.colout_batch(x, float("nan"), 0.1)
