@@ -86,8 +86,10 @@ def smooth_labels(
         )
     dtype = logits.dtype if logits.is_floating_point() else torch.get_default_dtype()
     index_shape = logits.shape[:1] + logits.shape[2:]
-    # 0-d tensors, even for a Python float: a graph input under compile, not a constant.
-    alpha = scalar_tensor(alpha, dtype=dtype, device=logits.device)
+    if isinstance(alpha, torch.Tensor) or torch.compiler.is_compiling():
+        # 0-d tensors, even for a Python float: a graph input under compile, not a constant
+        alpha = scalar_tensor(alpha, dtype=dtype, device=logits.device)
+    # (eagerly a Python float stays one: scalar kernels, half the time of 0-d tensor ones)
     low = alpha / n_classes
     if targets.shape == logits.shape:
         dense = targets.to(device=logits.device, dtype=dtype, non_blocking=True)
@@ -103,5 +105,8 @@ def smooth_labels(
     check_class_indices(targets, n_classes, "targets")
     index = targets.to(device=logits.device, dtype=torch.long, non_blocking=True).unsqueeze(1)
     out = torch.empty_like(logits, dtype=dtype, memory_format=memory_format_of(logits))
-    out.copy_(low.expand(out.shape))
-    return out.scatter_(1, index, (1 - alpha + low).expand(index.shape))
+    high = 1 - alpha + low
+    if isinstance(alpha, torch.Tensor):
+        out.copy_(low.expand(out.shape))
+        return out.scatter_(1, index, high.expand(index.shape))
+    return out.fill_(low).scatter_(1, index, high)
