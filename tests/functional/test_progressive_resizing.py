@@ -160,7 +160,7 @@ def test_largest_allowed_plane_is_documented_limit() -> None:
 
     assert MAX_PLANE == 2**31 - 1
     X = torch.rand(1, 1, 2, 2)
-    with pytest.raises(ValueError, match="output plane|pixels per plane"):
+    with pytest.raises(ValueError, match=r"output plane|pixels per plane"):
         F.resize_inputs(X, torch.zeros(1), 40_000.0)  # 80000 x 80000 > 2**31 - 1
 
 
