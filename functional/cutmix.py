@@ -194,7 +194,8 @@ def cutmix_batch(
     Example:
         >>> import torch, functional as F
         >>> x, y = torch.rand(4, 3, 10, 10), torch.tensor([0, 1, 2, 3])
-        >>> x_mix, y_mix, perm = F.cutmix_batch(x, y, 4, bbox=(0, 0, 5, 10))
+        >>> perm = torch.tensor([1, 2, 3, 0])  # or None: a random permutation
+        >>> x_mix, y_mix, perm = F.cutmix_batch(x, y, 4, indices=perm, bbox=(0, 0, 5, 10))
         >>> y_mix[0, y[0]].item() + y_mix[0, y[perm[0]]].item()
         1.0
         >>> bool((x_mix[:, :, :, :5] == x[perm][:, :, :, :5]).all())
