@@ -50,7 +50,8 @@ def _draw_bbox(
 
 def _clip(box: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """Clip ``(x1, y1, x2, y2)`` rows to the image: x to ``[0, W]``, y to ``[0, H]``."""
-    limit = torch.tensor([width, height, width, height], device=box.device)
+    # built on the CPU and moved without waiting: torch.tensor(..., device=cuda) would sync
+    limit = torch.tensor([width, height, width, height]).to(box.device, non_blocking=True)
     return torch.minimum(box.clamp(min=0), limit)
 
 
@@ -83,7 +84,9 @@ def _check_bbox(bbox: object, height: int, width: int) -> torch.Tensor:
             box = torch.tensor([x1, y1, x2, y2], dtype=torch.long)
         else:
             device = next(v.device for v in items if isinstance(v, torch.Tensor))
-            box = torch.stack([torch.as_tensor(v, device=device).long() for v in items])
+            box = torch.stack(
+                [torch.as_tensor(v).to(device, non_blocking=True).long() for v in items]
+            )
     else:
         raise TypeError(f"{rule}, got {bbox!r}")
     if isinstance(bbox, torch.Tensor) or not all(isinstance(v, numbers.Integral) for v in bbox):

@@ -53,7 +53,8 @@ def _draw_boxes(
     cx = torch.randint(0, width, shape, generator=generator, device=device)
     y1, x1 = cy - side // 2, cx - side // 2
     boxes = torch.stack([x1, y1, x1 + side, y1 + side], dim=-1)
-    limit = torch.tensor([width, height, width, height], device=device)
+    # built on the CPU and moved without waiting: torch.tensor(..., device=cuda) would sync
+    limit = torch.tensor([width, height, width, height]).to(device, non_blocking=True)
     return torch.minimum(boxes.clamp_(min=0), limit)
 
 
