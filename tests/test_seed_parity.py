@@ -13,10 +13,13 @@ reconcile after the merge (remove the marker once the feature is there).
 
 from __future__ import annotations
 
+import ast
 import inspect
 import math
 import random
+import re
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -1313,3 +1316,168 @@ def test_shadow_model_equivalent_is_a_state_dict() -> None:
         torch.testing.assert_close(shadow[name], 0.5 * old[name] + 0.5 * model.state_dict()[name])
     assert shadow["1.num_batches_tracked"] == 1  # integer buffers are copied
     assert "state_dict" in (F.compute_ema.__doc__ or "")
+
+
+# =============================================================================================
+# The README's "Porting from composer.functional" table, checked against the code
+# =============================================================================================
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+# Every function and class of the seed documents (their "Standalone" sections), with the
+# algorithm settings that have no standalone form, in the order of the README table.
+SEED_ENTRIES = [
+    "apply_alibi",
+    "Alibi",
+    "AugMix",
+    "RandAugment",
+    "apply_blurpool",
+    "BlurConv2d",
+    "BlurMaxPool2d",
+    "BlurPool2d",
+    "blur_2d",
+    "ChannelsLast",
+    "ColOut",
+    "CutOut",
+    "apply_ghost_batchnorm",
+    "smooth_labels",
+    "freeze_layers",
+    "mixup_batch",
+    "ProgressiveResizing",
+    "SeqLengthWarmup",
+    "SAM",
+    "ScaleSchedule",
+    "SelectiveBackprop",
+    "apply_se",
+    "SqueezeExcite2d",
+    "SqueezeExciteConv2d",
+    "apply_stochastic_depth",
+    "StochasticDepth",
+    "StochasticBottleneck",
+    "SWA",
+    "EMA",
+    "ShadowModel",
+    "compute_ema",
+]
+
+# Rows whose "Here" column names a feature that lands with another branch.
+_ROW_LANDS_WITH = {
+    "freeze_layers": "freeze_logger",
+    "StochasticDepth": "drop_warmup",
+    "EMA": "ema_swap",
+}
+
+
+def porting_rows() -> list[tuple[str, str, str]]:
+    """``(seed entry, seed cell, rest of the row)`` for each row of the README table."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Porting from composer.functional", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        assert len(cells) == 4, line
+        name = re.match(r"`(\w+)", cells[0]).group(1)
+        rows.append((name, cells[0], " | ".join(cells[1:])))
+    return rows
+
+
+def test_porting_table_has_one_row_per_seed_entry() -> None:
+    assert [name for name, _, _ in porting_rows()] == SEED_ENTRIES
+
+
+def _seed_parameters(cell: str) -> set[str]:
+    names = set()
+    for span in re.findall(r"`([^`]*)`", cell):
+        for args in re.findall(r"\w+\((.*)\)", span):
+            for arg in args.split(","):
+                name = arg.strip().split("=")[0].strip()
+                if name.isidentifier():
+                    names.add(name)
+    return names
+
+
+@pytest.mark.parametrize("row", porting_rows(), ids=lambda row: row[0])
+def test_porting_table_every_seed_parameter_is_mapped(row) -> None:
+    """Every parameter of the seed's signature is named again in the row (its replacement or
+    the documented difference)."""
+    name, seed_cell, rest = row
+    missing = [p for p in sorted(_seed_parameters(seed_cell)) if p not in rest]
+    assert not missing, f"{name}: seed parameters not mapped in the README row: {missing}"
+
+
+# Spans of the "Here" column that are calls in a recipe, not signatures.
+RECIPES = {"F.compute_ema(ema_model, model, smoothing=0.0)"}
+
+
+def _calls(cell: str):
+    """``(call, signature_like)`` for the ``F.x(...)`` / ``augment.x(...)`` calls in a cell's code
+    spans. A span that is one call with only names as positional arguments (and not a recipe)
+    is read as a signature: its positional names and keyword defaults must be the code's."""
+    for span in re.findall(r"`([^`]*)`", cell):
+        if not re.match(r"(with )?(F|augment)\.\w", span):
+            continue
+        source = re.sub(r"^with (.*):.*$", r"\1", span)
+        # signature-only items: the keyword-only marker, *args / **kwargs, "..."
+        source = re.sub(r"(?<=[(,])\s*(\*{1,2}\w*|\.\.\.)\s*(,|(?=\)))", "", source)
+        try:
+            tree = ast.parse(source, mode="eval")
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                signature_like = (
+                    node is tree.body
+                    and span not in RECIPES
+                    and all(isinstance(a, ast.Name) for a in node.args)
+                )
+                yield node, signature_like
+
+
+def _resolve(node: ast.expr) -> object:
+    if isinstance(node, ast.Name):
+        return {"F": F, "augment": augment}[node.id]
+    assert isinstance(node, ast.Attribute)
+    return getattr(_resolve(node.value), node.attr)
+
+
+def _check_here(cell: str) -> None:
+    for call, signature_like in _calls(cell):
+        where = ast.unparse(call.func)
+        sig = inspect.signature(_resolve(call.func))
+        kinds = {p.kind for p in sig.parameters.values()}
+        if signature_like and inspect.Parameter.VAR_POSITIONAL not in kinds:
+            names = list(sig.parameters)
+            for i, arg in enumerate(call.args):
+                assert i < len(names) and names[i] == arg.id, f"{where}: {arg.id!r} at {i}"
+        for kw in call.keywords:
+            if kw.arg not in sig.parameters:
+                assert inspect.Parameter.VAR_KEYWORD in kinds, f"{where}: no {kw.arg!r}"
+                continue
+            if signature_like:
+                try:
+                    value = ast.literal_eval(kw.value)
+                except ValueError:
+                    continue
+                if value is not Ellipsis:
+                    default = sig.parameters[kw.arg].default
+                    assert value == default, f"{where}: {kw.arg}={default!r}"
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        pytest.param(row, marks=lands_with(_ROW_LANDS_WITH[row[0]]))
+        if row[0] in _ROW_LANDS_WITH
+        else row
+        for row in porting_rows()
+    ],
+    ids=lambda row: row[0],
+)
+def test_porting_table_names_and_defaults_exist_in_the_code(row) -> None:
+    """Every ``F.``/``augment.`` call in the "Here" column exists, with those keyword names;
+    where the cell starts with a signature, its defaults are the code's."""
+    _, _, rest = row
+    here = rest.split(" | ")[0]
+    _check_here(here)
