@@ -221,6 +221,25 @@ def test_augmix_severity_0_to_10_accepted(severity) -> None:
     assert augment.augment_and_mix(img, severity=severity, rng=random.Random(0)).size == img.size
 
 
+def test_augmix_severity_0_leaves_the_level_scaled_operations_without_effect() -> None:
+    """Seed: "0 (no augmentation)". Here (as in Composer's code) severity 0 neutralises every
+    operation whose strength scales with the level; autocontrast, equalize and posterize,
+    which ignore or floor the level, still change the image (README porting table)."""
+    img = rgb_image(32, 24)
+    scaled = [op for op in SEED_DEFAULT_LIST if op not in LEVEL_FREE]
+    for seed in range(5):
+        out = augment.augment_and_mix(
+            img, severity=0, augmentation_set=scaled, rng=random.Random(seed)
+        )
+        assert out.tobytes() == img.tobytes()
+    dull = img.point(lambda v: 100 + v // 4)  # low contrast: autocontrast stretches it
+    for op in LEVEL_FREE:
+        changed = augment.augment_and_mix(
+            dull, severity=0, width=1, depth=1, alpha=1e4, augmentation_set=[op]
+        )
+        assert changed.tobytes() != dull.tobytes(), op.__name__
+
+
 @pytest.mark.parametrize("severity", [-0.5, 10.5])
 def test_augmix_severity_outside_0_to_10_rejected(severity) -> None:
     with pytest.raises(ValueError, match=r"severity must be in \[0.0, 10.0\]"):
@@ -285,7 +304,9 @@ def test_augmix_alpha_large_mixes_evenly_small_picks_one() -> None:
     the image and its augmentation); alpha -> 0 -> one version of the image."""
     img = Image.new("L", (8, 8), 0)
     white = [lambda im, level: Image.new("L", im.size, 200)]
-    even = np.array(augment.augment_and_mix(img, alpha=1e4, augmentation_set=white))
+    even = np.array(
+        augment.augment_and_mix(img, alpha=1e4, augmentation_set=white, rng=random.Random(0))
+    )
     assert np.all(np.abs(even.astype(int) - 100) <= 3)
     for seed in range(10):
         one = np.array(
@@ -332,6 +353,9 @@ SEED_DEFAULT_LIST = [
     augment.brightness,
     augment.sharpness,
 ]
+
+
+LEVEL_FREE = [augment.autocontrast, augment.equalize, augment.posterize]
 
 
 def test_augment_and_mix_takes_the_seeds_list_of_functions() -> None:
@@ -1019,6 +1043,14 @@ def test_squeeze_excite2d_rescales_each_channel() -> None:
     assert torch.all((ratio > 0) & (ratio < 1))
 
 
+def test_squeeze_excite_conv2d_constructor_latent_channels() -> None:
+    conv = F.SqueezeExciteConv2d(8, 16, 3, padding=1, latent_channels=0.25)
+    assert isinstance(conv, nn.Conv2d) and conv.se.fc1.out_features == 4
+    x = torch.randn(2, 8, 6, 6)
+    plain = nn.functional.conv2d(x, conv.weight, conv.bias, padding=1)
+    torch.testing.assert_close(conv(x), conv.se(plain))
+
+
 @lands_with("se_conv")
 def test_squeeze_excite_conv2d_wraps_an_existing_conv() -> None:
     conv = nn.Conv2d(4, 8, 3, padding=1)
@@ -1114,6 +1146,35 @@ def test_use_same_gpu_seed_is_a_bool() -> None:
         )
     with pytest.raises(TypeError, match="use_same_gpu_seed"):
         F.apply_stochastic_depth(bottlenecks(1), "block", "ResNetBottleneck", use_same_gpu_seed=1)
+
+
+def test_target_layer_name_must_be_registered() -> None:
+    """Seed: the name must be registered (its STOCHASTIC_LAYER_MAPPING); here
+    ``F.STOCHASTIC_BLOCKS``, extended with ``F.register_stochastic_block``."""
+    with pytest.raises(ValueError, match="target_layer_name must be one of"):
+        F.apply_stochastic_depth(bottlenecks(1), "block", "ResNetBlock")
+
+    class Residual(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.body(x)
+
+    class StochasticResidual(F.StochasticBlock, Residual):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.add_branch(x, lambda: self.body(x))
+
+    F.register_stochastic_block("SeedParityResidual", Residual, StochasticResidual)
+    try:
+        model = F.apply_stochastic_depth(
+            nn.Sequential(Residual(), Residual()), "block", "SeedParityResidual", drop_rate=0.4
+        )
+        assert [type(m) for m in model] == [StochasticResidual] * 2
+        assert [m.drop_rate for m in model] == pytest.approx([0.2, 0.4])
+    finally:
+        del F.STOCHASTIC_BLOCKS["SeedParityResidual"]
 
 
 def test_stochastic_bottleneck_layer_and_basic_block_target() -> None:
