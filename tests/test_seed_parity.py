@@ -38,11 +38,11 @@ LANDS_WITH = {
     "drop_warmup) and F.set_stochastic_depth_drop_rate(model, drop_rate)",
     "blurconv_positional": "lands with branch blur-sd: BlurConv2d(in, out, k, stride, padding, "
     "dilation, groups, bias, blur_first) positionally",
-    "blurconv_stride_none": "routed to branch blur-sd: BlurConv2d(stride=None), the seed's "
-    "default, is accepted as stride=(None, None) and crashes in forward",
+    "blurconv_stride_none": "lands with branch blur-sd: BlurConv2d(stride=None), the seed's "
+    "default, means 1 (here it is accepted as stride=(None, None) and crashes in forward)",
     "ema_strings": "lands with branch state: F.ema_smoothing('50ba', '1ba') time strings",
-    "ema_swap": "lands with branch state: F.swap_ema_weights(model, ema_model) and the context "
-    "manager F.ema_weights(model, ema_model)",
+    "ema_swap": "lands with branch state: F.swap_ema_weights(model, ema_model), the context "
+    "manager F.use_ema_weights(model, ema_model) and compute_ema(..., train_with_ema_weights=)",
     "freeze_logger": "lands with branch state: freeze_layers(..., logger=None)",
     "sam_rho": "lands with branch state: SAMOptimizer(rho=0) rejected",
     "se_conv": "lands with branch transforms: SqueezeExciteConv2d(..., conv=existing_conv)",
@@ -1344,6 +1344,18 @@ def test_train_with_ema_weights_recipe() -> None:
 
 
 @lands_with("ema_swap")
+def test_train_with_ema_weights() -> None:
+    """Seed ``train_with_ema_weights=True``: after the update the model holds the EMA weights."""
+    torch.manual_seed(0)
+    model, ema = nn.Linear(3, 1), nn.Linear(3, 1)
+    w_model, w_ema = model.weight.detach().clone(), ema.weight.detach().clone()
+    F.compute_ema(model, ema, 0.5, train_with_ema_weights=True)
+    expected = 0.5 * w_ema + 0.5 * w_model
+    torch.testing.assert_close(ema.weight.detach(), expected)
+    torch.testing.assert_close(model.weight.detach(), expected)
+
+
+@lands_with("ema_swap")
 def test_swap_ema_weights_in_place_and_context_manager() -> None:
     """Evaluation with the EMA weights without a third copy: swap in place, and swap back."""
     model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
@@ -1357,7 +1369,7 @@ def test_swap_ema_weights_in_place_and_context_manager() -> None:
     for k in m0:
         assert torch.equal(model.state_dict()[k], e0[k]) and torch.equal(ema.state_dict()[k], m0[k])
     F.swap_ema_weights(model, ema)
-    with F.ema_weights(model, ema):
+    with F.use_ema_weights(model, ema):
         assert torch.equal(model[1].running_mean, e0["1.running_mean"])
     for k in m0:
         assert torch.equal(model.state_dict()[k], m0[k])
