@@ -1481,10 +1481,7 @@ def test_porting_table_every_seed_parameter_is_mapped(row) -> None:
 
 
 # Spans of the "Here" column that are calls in a recipe, not signatures.
-RECIPES = {
-    "F.compute_ema(ema_model, model, smoothing=0.0)",
-    "F.compute_ema(model, ema_model, smoothing, train_with_ema_weights=True)",
-}
+RECIPES = {"F.compute_ema(model, ema_model, smoothing, train_with_ema_weights=True)"}
 
 
 def _calls(cell: str):
