@@ -692,8 +692,8 @@ def test_gen_interpolation_lambda_alpha() -> None:
     g = torch.Generator().manual_seed(0)
     big = [F.gen_interpolation_lambda(1000.0, generator=g) for _ in range(20)]
     assert all(abs(v - 0.5) < 0.1 for v in big)
-    small = [F.gen_interpolation_lambda(0.01, generator=g) for _ in range(20)]
-    assert all(min(v, 1 - v) < 0.05 for v in small)
+    small = [F.gen_interpolation_lambda(1e-3, generator=g) for _ in range(20)]
+    assert sum(min(v, 1 - v) < 0.05 for v in small) >= 18  # P(middle) is about 0.6% per draw
     with pytest.raises(ValueError, match="alpha"):
         F.gen_interpolation_lambda(-1.0)
 
