@@ -184,7 +184,6 @@ def test_alibi_docstring_maps_every_seed_parameter() -> None:
         "attr_to_replace",
         "alibi_attention",
         "mask_replacement_function",
-        "train_sequence_length_scaling",
     ):
         assert name in doc, name
 
