@@ -105,9 +105,11 @@ def augment_and_mix(
     Args:
         img: an 'RGB' or 'L' PIL image of any size, or a (C, H, W) ``torch.uint8`` tensor
             (C = 3 or 1); the result is of the same kind, size and mode (tensor: same device).
-        severity: strength in [0, 10]; each operation's level is drawn uniformly from
-            ``[min(0.1, severity), severity]``. 0 leaves the geometric operations and
-            solarize without effect.
+        severity: strength in [0, 10] (the Composer seed's range); each operation's level is
+            drawn uniformly from ``[min(0.1, severity), severity]``. 0 leaves the geometric
+            operations and solarize without effect, but not the level-free ones (autocontrast,
+            equalize) nor posterize: unlike the seed's "0 (no augmentation)", severity 0 still
+            augments, as Composer's own implementation does; leave the transform out for none.
         depth: operations per chain, ``>= 1``, or ``-1`` for a uniform random depth in {1, 2, 3}
             drawn per chain.
         width: number of chains, ``>= 1``.

@@ -25,14 +25,19 @@ from augment._common import (
     call_source,
     check_depth,
     check_rng,
-    check_severity,
     from_pil,
     resolve_set,
     set_repr,
 )
 from augment.primitives import Kernel, augmentation_sets, kernels_of
+from functional._checks import check_in_range
 
 __all__ = ["RandAugment", "randaugment"]
+
+
+def _check_severity(severity: object) -> float:
+    """RandAugment's magnitude M: 1 to 10, as the Composer seed states (AugMix allows 0)."""
+    return check_in_range(severity, "severity", 1.0, 10.0)
 
 
 def _randaugment_pil(
@@ -63,7 +68,8 @@ def randaugment(
     Args:
         img: an 'RGB' or 'L' PIL image of any size, or a (C, H, W) ``torch.uint8`` tensor
             (C = 3 or 1); the result is of the same kind, size and mode (tensor: same device).
-        severity: the magnitude, in [0, 10], applied to every operation.
+        severity: the magnitude, in [1, 10], applied to every operation (the paper's
+            :math:`M`; the Composer seed's range; a float is accepted, not only an int).
         depth: number of operations, ``>= 0`` (0 returns a copy).
         augmentation_set: ``'all'``, ``'safe'``, ``'original'`` (or the long names
             ``'augmentations_all'``, ``'augmentations_corruption_safe'``,
@@ -75,7 +81,7 @@ def randaugment(
         The augmented image.
 
     Raises:
-        ValueError: severity outside [0, 10], depth < 0, an unknown set name, or an unsupported
+        ValueError: severity outside [1, 10], depth < 0, an unknown set name, or an unsupported
             image mode or tensor shape.
         TypeError: an image that is neither a PIL image nor a uint8 tensor, or a bad ``rng``.
 
@@ -92,7 +98,7 @@ def randaugment(
         space", NeurIPS 2020.
     """
     ops = resolve_set(augmentation_set, augmentation_sets)
-    sev = check_severity(severity)
+    sev = _check_severity(severity)
     d = check_depth(depth, allow_random=False)
     check_rng(rng)
     pil, kind = as_pil(img)
@@ -122,6 +128,7 @@ class RandAugment(SetTransform):
         augmentation_set: str | Sequence[Callable[..., Any]] = "all",
         rng: RngLike = None,
     ) -> None:
+        _check_severity(severity)
         super().__init__(severity, depth, augmentation_set, rng, random_depth=False)
 
     def __call__(self, img: ImageLike) -> ImageLike:

@@ -106,7 +106,9 @@ def test_transform(rs) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"severity": 10.5}, ValueError, r"severity must be in \[0.0, 10.0\], got 10.5"),
+        ({"severity": 10.5}, ValueError, r"severity must be in \[1.0, 10.0\], got 10.5"),
+        ({"severity": 0}, ValueError, r"severity must be in \[1.0, 10.0\], got 0"),
+        ({"severity": 0.5}, ValueError, r"severity must be in \[1.0, 10.0\], got 0.5"),
         ({"depth": -1}, ValueError, "depth must be >= 0, got -1"),
         ({"depth": 1.5}, TypeError, "depth must be an int"),
         (

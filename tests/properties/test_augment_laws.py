@@ -102,7 +102,7 @@ def test_augmix_keeps_kind_and_is_reproducible(img, severity, depth, width, alph
 
 @given(
     img=pil_images(max_side=96),
-    severity=levels,
+    severity=st.floats(1.0, 10.0, allow_nan=False),  # RandAugment's M is 1 to 10
     depth=st.integers(0, 4),
     set_name=st.sampled_from(SET_NAMES),
     seed=seeds,
