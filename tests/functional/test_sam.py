@@ -456,3 +456,99 @@ def test_no_warnings_from_a_plain_loop():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         opt.step(regression_closure(w, opt))
+
+
+# --------------------------------------------------------------------------------------------
+# Non-finite gradients and the device rules (issues 12 and 13)
+# --------------------------------------------------------------------------------------------
+
+
+def test_one_inf_gradient_without_scaler_does_not_poison_every_weight():
+    """0·inf in the perturbation used to turn every weight into NaN; now the perturbation is
+    skipped and the step is the base optimizer's own step with that gradient."""
+    gen = torch.Generator().manual_seed(11)
+    model = small_cnn()
+    twin = copy.deepcopy(model)
+    x, y = torch.randn(4, 3, 8, 8, generator=gen), torch.randint(0, 5, (4,), generator=gen)
+    opt = SAMOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.05)
+    base = torch.optim.SGD(twin.parameters(), lr=0.1)
+    points = []
+
+    def closure_for(m, o, record=None):
+        def closure():
+            o.zero_grad()
+            loss = nn.functional.cross_entropy(m(x), y)
+            loss.backward()
+            m[0].weight.grad[0, 0, 0, 0] = float("inf")
+            if record is not None:
+                record.append([p.detach().clone() for p in m.parameters()])
+            return loss
+
+        return closure
+
+    opt.step(closure_for(model, opt, points))
+    base.step(closure_for(twin, base))
+    assert len(points) == 2
+    for first, second in zip(*points, strict=True):
+        assert torch.equal(first, second)  # no perturbation: the second pass ran at w
+    bad = model[0].weight[0, 0, 0, 0]
+    assert torch.isinf(bad)  # the base step with an inf gradient, as SGD alone would do
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p, q)
+    finite = [p for p in model.parameters() if p is not model[0].weight]
+    assert all(torch.isfinite(p).all() for p in finite)
+
+
+def test_steps_read_nothing_on_the_host():
+    from tests.devicecheck import no_host_reads
+
+    gen = torch.Generator().manual_seed(12)
+    model = small_cnn()
+    x, y = torch.randn(4, 3, 8, 8, generator=gen), torch.randint(0, 5, (4,), generator=gen)
+    for interval in (1, 2):
+        opt = SAMOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), interval=interval)
+        with no_host_reads():
+            for _ in range(3):
+                opt.step(cnn_closure(model, opt, x, y))
+        assert opt.global_step == 3
+
+
+@pytest.mark.parametrize("bad_pass", [None, 0, 1])
+def test_grad_scaler_with_a_fused_optimizer_skips_on_the_device(bad_pass):
+    """GradScaler + fused SGD: the found-inf flag goes to the fused step as ``found_inf``, so
+    an overflow skips the step with no host read at all."""
+    from tests.devicecheck import no_host_reads
+
+    gen = torch.Generator().manual_seed(13)
+    model = small_cnn()
+    twin = copy.deepcopy(model)
+    x, y = torch.randn(4, 3, 8, 8, generator=gen), torch.randint(0, 5, (4,), generator=gen)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    base = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=True)
+    opt = SAMOptimizer(base, grad_scaler=scaler)
+    passes = []
+
+    def closure():
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        if len(passes) == bad_pass:
+            model[0].weight.grad[0, 0, 0, 0] = float("inf")
+        passes.append(1)
+        return loss
+
+    before = [p.detach().clone() for p in model.parameters()]
+    with no_host_reads():
+        opt.step(closure)
+    scaler.update()
+    assert len(passes) == 2
+    if bad_pass is None:
+        reference = SAMOptimizer(torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9))
+        reference.step(cnn_closure(twin, reference, x, y))
+        for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+        assert scaler.get_scale() == 2.0**10
+    else:
+        for p, w in zip(model.parameters(), before, strict=True):
+            assert torch.equal(p, w)
+        assert scaler.get_scale() == 2.0**9
