@@ -16,6 +16,7 @@ from functional._checks import (
     check_one_of,
     check_positive,
     check_values,
+    foreach_total_norm,
     group_by_device_and_dtype,
 )
 
@@ -85,6 +86,19 @@ def _clip_by_value_(params: list[torch.Tensor], threshold: float | torch.Tensor)
         else:
             torch._foreach_clamp_min_(gs, -threshold)
             torch._foreach_clamp_max_(gs, threshold)
+
+
+def _clip_by_norm_(params: list[torch.Tensor], threshold: float | torch.Tensor) -> torch.Tensor:
+    """Scale all gradients by min(1, threshold / (‖g‖ + 1e-6)); returns ‖g‖ (as
+    ``torch.nn.utils.clip_grad_norm_``, whose tensor-threshold path reads it on the host)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros((), dtype=torch.float32)
+    total = foreach_total_norm(grads)
+    coef = (threshold / (total + 1e-6)).clamp(max=1.0)
+    for (device, _), (gs,) in group_by_device_and_dtype(grads).items():
+        torch._foreach_mul_(gs, coef.to(device))
+    return total
 
 
 def _coefficients(
@@ -183,9 +197,11 @@ def apply_gradient_clipping(
     ``optimizer.step()`` (after ``scaler.unscale_(optimizer)`` under AMP).
 
     - ``'norm'``: if the L2 norm of all gradients together exceeds ``clipping_threshold``,
-      scale them all by ``clipping_threshold / norm`` (``torch.nn.utils.clip_grad_norm_``).
+      scale them all by ``clipping_threshold / (norm + 1e-6)`` (the rule of
+      ``torch.nn.utils.clip_grad_norm_``; the norm accumulates in float32, float64 for
+      float64 gradients).
     - ``'value'``: clamp every gradient entry to ``[-clipping_threshold, clipping_threshold]``
-      (``torch.nn.utils.clip_grad_value_``).
+      (the rule of ``torch.nn.utils.clip_grad_value_``).
     - ``'adaptive'``: adaptive gradient clipping (AGC), unit by unit. For a unit with weights
       :math:`W_i` and gradient :math:`G_i`, with :math:`\lambda` = ``clipping_threshold``:
 
@@ -240,7 +256,8 @@ def apply_gradient_clipping(
     threshold = _check_threshold(clipping_threshold)
     params = _as_parameter_list(parameters)
     if clipping_type == "norm":
-        return torch.nn.utils.clip_grad_norm_(params, max_norm=threshold)
+        with torch.no_grad():
+            return _clip_by_norm_(params, threshold)
     if clipping_type == "value":
         with torch.no_grad():
             _clip_by_value_(params, threshold)
