@@ -23,6 +23,10 @@ try:  # torch.distributed may be missing from some builds
     from torch.distributed.tensor import DTensor
 except ImportError:  # pragma: no cover
     DTensor = None  # type: ignore[assignment,misc]
+try:
+    from torch.distributed.fsdp import FSDPModule
+except ImportError:  # pragma: no cover
+    FSDPModule = None  # type: ignore[assignment,misc]
 
 __all__ = ["compute_ema", "ema_smoothing", "swap_ema_weights", "use_ema_weights"]
 
@@ -543,8 +547,10 @@ def swap_ema_weights(
     This evaluates with the EMA weights without a third copy of the model (see
     :func:`use_ema_weights` for the context-manager form). It works through
     ``DistributedDataParallel`` and ``torch.compile`` wrappers (their inner modules) and on
-    FSDP2 (``fully_shard``) models, whose ranks swap their local shards with no communication:
-    call it between steps, while the parameters are sharded, and every rank together. Both
+    FSDP2 (``fully_shard``) models, whose ranks swap their local shards with no communication
+    (FSDP modules are first returned to their sharded state with ``reshard()``, which an
+    evaluation forward pass leaves unsharded at the root); call it on every rank, between
+    steps. Both
     sides must keep each tensor in the same dtype and on the same device (a float32 EMA of a
     bfloat16 model cannot be swapped; load it instead).
 
@@ -570,6 +576,9 @@ def swap_ema_weights(
         >>> bool((ema.weight == 0).all())
         True
     """
+    for side in (model, ema_model):
+        if isinstance(side, nn.Module):
+            _reshard(side)
     pairs = _pairs(model, ema_model, "swap_ema_weights")
     swaps = list(pairs.copies)
     for ema_list, _, originals in pairs.groups.values():
@@ -590,6 +599,16 @@ def swap_ema_weights(
         a.bitwise_xor_(b)
         b.bitwise_xor_(a)
         a.bitwise_xor_(b)
+
+
+def _reshard(module: nn.Module) -> None:
+    """Put FSDP2 modules back to their sharded parameters (the root keeps its parameters
+    unsharded after a forward pass); frees the unsharded copies, no communication."""
+    if FSDPModule is None:
+        return
+    for sub in module.modules():
+        if isinstance(sub, FSDPModule):
+            sub.reshard()
 
 
 @contextlib.contextmanager

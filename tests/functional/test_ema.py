@@ -438,3 +438,95 @@ def test_swap_refuses_other_dtypes_before_touching_anything() -> None:
         assert torch.equal(value, before[name])
     with pytest.raises(ValueError, match="swap_ema_weights: model and ema_model must have"):
         F.swap_ema_weights(model, {"weight": torch.zeros(2, 3)})
+
+
+# ---------------------------------------------------------------------------------------------
+# Swapping with the EMA under real torch.distributed (gloo, 2 processes; see test_distributed)
+# ---------------------------------------------------------------------------------------------
+
+
+def scenario_use_ema_weights_through_ddp(rank: int, world_size: int) -> None:
+    """Evaluate a DDP model with its EMA weights, swap back, keep training: ranks agree."""
+    from tests.test_distributed import assert_identical_across_ranks, rank_batch, small_cnn
+
+    model = small_cnn()
+    ema = copy.deepcopy(model)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    def train(step: int) -> None:
+        x, y = rank_batch(rank, step)
+        opt.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+
+    for step in range(2):
+        train(step)
+        F.compute_ema(ddp, ema, smoothing=0.5)
+    x, _ = rank_batch(0, 99)
+    ema_copy = copy.deepcopy(ema).eval()
+    for buffer in ema_copy.buffers():  # DDP's forward broadcasts rank 0's buffers
+        torch.distributed.broadcast(buffer, src=0)
+    own = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        want = ema_copy(x)
+    with F.use_ema_weights(ddp, ema), torch.no_grad():
+        ddp.eval()
+        torch.testing.assert_close(ddp(x), want, rtol=0, atol=0)
+        ddp.train()
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, own[name]), name
+    train(2)  # DDP and the optimizer still work on the same parameter objects
+    assert_identical_across_ranks(model.parameters())
+    assert_identical_across_ranks(ema.parameters(), "EMA parameters")
+
+
+def scenario_use_ema_weights_on_fsdp2_shards(rank: int, world_size: int) -> None:
+    """fully_shard models: each rank swaps its own shards, no communication; the sharded
+    model then computes what an unsharded model with the EMA's weights computes."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from tests.test_distributed import _fully_shard
+
+    fully_shard = _fully_shard()
+    mesh = init_device_mesh("cpu", (world_size,))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    ema = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in ema.parameters():
+            p.mul_(0.5)
+    plain_ema = copy.deepcopy(ema)  # unsharded reference with the EMA's weights
+    for m in (model, ema):
+        fully_shard(m[0], mesh=mesh)
+        fully_shard(m, mesh=mesh)
+    full = lambda m: [p.full_tensor().clone() for p in m.parameters()]  # noqa: E731
+    model_full, ema_full = full(model), full(ema)
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(5, 8, generator=gen)
+    with torch.no_grad():
+        want = plain_ema(x)
+    with F.use_ema_weights(model, ema):
+        for got, expected in zip(full(model), ema_full, strict=True):
+            assert torch.equal(got, expected)
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), want)
+    for got, expected in zip(full(model), model_full, strict=True):
+        assert torch.equal(got, expected)
+    for got, expected in zip(full(ema), ema_full, strict=True):
+        assert torch.equal(got, expected)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(x).sum().backward()  # training still works on the swapped-back shards
+    opt.step()
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    "scenario",
+    [scenario_use_ema_weights_through_ddp, scenario_use_ema_weights_on_fsdp2_shards],
+    ids=["ddp", "fsdp2"],
+)
+def test_use_ema_weights_distributed(scenario) -> None:
+    from tests.test_distributed import launch
+
+    launch(scenario)
