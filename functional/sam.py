@@ -383,14 +383,21 @@ class SAMOptimizer(Optimizer):
             groups = group_by_device_and_dtype(params, grads, saved)
             for (device, _), (ps, gs, ws) in groups.items():
                 torch._foreach_copy_(ws, ps)
-                # e(w) is formed in the gradient buffers (the closure zeroes them next).
-                torch._foreach_mul_(gs, scale.to(device))
+                factor = scale.to(device)
                 if found_inf is None:
-                    # 0·inf = NaN where g was not finite: no perturbation there either. (With
-                    # a grad scaler such a step is skipped as a whole.)
+                    # With g not finite the factor is 0, but 0·inf = NaN: zero those entries
+                    # first (the closure zeroes the gradients next anyway). With a grad scaler
+                    # such a step is skipped as a whole.
                     for g in gs:
                         torch.nan_to_num_(g, nan=0.0, posinf=0.0, neginf=0.0)
-                torch._foreach_add_(ps, gs)
+                if device.type == "cpu":
+                    # One pass per tensor, w += factor·g (CPU foreach kernels loop anyway).
+                    for p, g in zip(ps, gs, strict=True):
+                        p.addcmul_(g, factor)
+                else:
+                    # Two multi-tensor launches; e(w) is formed in the gradient buffers.
+                    torch._foreach_mul_(gs, factor)
+                    torch._foreach_add_(ps, gs)
         try:
             with torch.enable_grad():
                 closure()
