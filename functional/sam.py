@@ -77,10 +77,11 @@ class SAMOptimizer(Optimizer):
     then restored bit for bit (from a saved copy, not by subtracting :math:`\hat\epsilon`) and
     the base optimizer steps from :math:`w` with the gradient of the second pass. Other steps
     run the closure once and step the base optimizer. ``step`` returns the closure's loss at
-    :math:`w` (the first pass) in both cases. The norm and the perturbation use
-    ``torch._foreach_*`` kernels, one launch per device and dtype, with no Python loop over
-    parameters in the arithmetic; the copy of :math:`w` lives in scratch buffers kept between
-    steps (one parameter-sized copy, the extra memory SAM needs anyway).
+    :math:`w` (the first pass) in both cases. The norm, the copy of :math:`w` and, on
+    accelerators, the perturbation use ``torch._foreach_*`` kernels, one launch per device and
+    dtype (on CPU the perturbation is one fused ``addcmul_`` pass per tensor); the copy of
+    :math:`w` lives in scratch buffers kept between steps (one parameter-sized copy, the extra
+    memory SAM needs anyway).
 
     The wrapper shares the base optimizer's ``param_groups``, ``state`` and ``defaults`` (the
     same objects), so LR schedulers can drive either object, ``add_param_group`` adds to both,
@@ -93,7 +94,8 @@ class SAMOptimizer(Optimizer):
     skipped (:math:`\hat\epsilon = 0`: the second pass runs at :math:`w` itself), so one
     bad entry does not spread NaN to every weight through :math:`0 \cdot \infty`; without a
     grad scaler the base optimizer then steps as it would have without SAM. This is decided on
-    the device (``torch.where``), with no host read.
+    the device (``torch.where`` on the norm, then the gradients' non-finite entries are zeroed
+    before forming :math:`\hat\epsilon`: one extra pass over them), with no host read.
 
     Mixed precision: with bfloat16 autocast no scaler is needed. For float16 with
     ``torch.amp.GradScaler`` pass ``grad_scaler=scaler``, call ``scaler.scale(loss).backward()``

@@ -552,3 +552,18 @@ def test_grad_scaler_with_a_fused_optimizer_skips_on_the_device(bad_pass):
         for p, w in zip(model.parameters(), before, strict=True):
             assert torch.equal(p, w)
         assert scaler.get_scale() == 2.0**9
+
+
+def test_seed_parameters_and_defaults():
+    """The SAM seed's parameters by name, with its defaults (rho=0.05, epsilon=1e-12,
+    interval=1); 'interval: SAM will run once per interval steps'."""
+    import inspect
+
+    defaults = {name: p.default for name, p in inspect.signature(SAMOptimizer).parameters.items()}
+    assert (defaults["rho"], defaults["epsilon"], defaults["interval"]) == (0.05, 1e-12, 1)
+    w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
+    opt = SAMOptimizer(torch.optim.SGD([w], lr=0.05), rho=0.05, epsilon=1e-12, interval=2)
+    calls: list = []
+    for _ in range(4):
+        opt.step(regression_closure(w, opt, calls))
+    assert len(calls) == 6  # steps 2 and 4 run the closure twice
