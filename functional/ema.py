@@ -180,16 +180,14 @@ class _Pairs:
             or len(set(map(id, ema_all))) != len(ema_all)  # tied weights: the careful path
         ):
             return False
-        for ema, value, dtype, device in zip(ema_all, model_all, dtypes, devices, strict=True):
-            if dtype.is_floating_point or dtype.is_complex:
-                group = self.groups.get((device, dtype))
-                if group is None:
-                    group = self.groups[(device, dtype)] = ([], [], [])
-                group[0].append(ema)
-                group[1].append(value)
-                group[2].append(value)
+        keys = list(zip(devices, dtypes, strict=True))
+        for key in dict.fromkeys(keys):  # a few keys, in order of appearance
+            ema_list = [e for e, k in zip(ema_all, keys, strict=True) if k == key]
+            model_list = [m for m, k in zip(model_all, keys, strict=True) if k == key]
+            if key[1].is_floating_point or key[1].is_complex:
+                self.groups[key] = (ema_list, model_list, model_list)
             else:
-                self.copies.append((ema, value))
+                self.copies += zip(ema_list, model_list, strict=True)
         return True
 
     def add(self, prefix: str, name: str, ema: object, value: torch.Tensor) -> None:
