@@ -530,3 +530,20 @@ def test_use_ema_weights_distributed(scenario) -> None:
     from tests.test_distributed import launch
 
     launch(scenario)
+
+
+def test_quick_and_careful_paths_agree() -> None:
+    """Same tree and dtypes (the quick path), a float64 EMA module (the careful path, with
+    conversion) and absent biases (None parameters) give the same averages."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.Flatten())
+    ema = _perturbed(model)
+    wide = copy.deepcopy(ema).double()
+    expected = reference.ema(_state(model), _state(ema), 0.8)
+    F.compute_ema(model, ema, 0.8)
+    F.compute_ema(model, wide, 0.8)
+    for name, value in _state(ema).items():
+        torch.testing.assert_close(value.double(), expected[name].double(), msg=name)
+        torch.testing.assert_close(_state(wide)[name].double(), expected[name].double(), msg=name)
+    assert wide[0].weight.dtype == torch.float64
+    with pytest.raises(ValueError, match=r"'0\.weight' has shape"):
+        F.compute_ema(model, nn.Sequential(nn.Conv2d(3, 4, 1, bias=False), *ema[1:]), 0.5)
