@@ -465,8 +465,10 @@ def compute_ema(
 
     Under ``torch.compile(fullgraph=True)`` it traces without a graph break and a
     ``smoothing`` that changes between calls (a Python float or a 0-d tensor) does not
-    recompile; it reads no tensor value on the host (a tensor ``smoothing`` is range-checked
-    on the CPU eagerly, by a device-side assert on accelerators, not at all under compile).
+    recompile (a 0-d tensor never; a Python float once, dynamo's automatic-dynamic step); it
+    reads no tensor value on the host (a tensor ``smoothing`` is range-checked on the CPU
+    eagerly, by a device-side assert on accelerators; under compile neither form is
+    range-checked).
 
     Args:
         model: the trained model.
