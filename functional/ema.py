@@ -464,8 +464,8 @@ def compute_ema(
         model.load_state_dict(ema_state)                    # or F.use_ema_weights(model, ema_state)
 
     Under ``torch.compile(fullgraph=True)`` it traces without a graph break and a
-    ``smoothing`` that changes between calls (a Python float or a 0-d tensor) does not
-    recompile (a 0-d tensor never; a Python float once, dynamo's automatic-dynamic step); it
+    ``smoothing`` that changes between calls does not recompile from step to step (a 0-d
+    tensor never recompiles; a Python float once, dynamo's automatic-dynamic step); it
     reads no tensor value on the host (a tensor ``smoothing`` is range-checked on the CPU
     eagerly, by a device-side assert on accelerators; under compile neither form is
     range-checked).
