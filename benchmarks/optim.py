@@ -222,7 +222,8 @@ def _clipping_table(*, quick: bool, device: str) -> Table:
         "each call restores the gradients first; the time of the restore alone is subtracted"
     )
     table.notes.append(
-        "'norm' is torch.nn.utils.clip_grad_norm_ in both: a control for the noise. 'adaptive' "
+        "'norm': ours is its own foreach norm and multiply (torch's clip_grad_norm_ reads a "
+        "tensor threshold on the host), Composer calls torch's clip_grad_norm_. 'adaptive' "
         "(AGC, lambda=0.01) is memory-bound in both (read W, read G, read+write G); on CPU ours "
         "rescales each large gradient right after its norm, while in cache, as Composer's loop "
         "happens to; on accelerators ours batches the launches (foreach norms of the 0-D/1-D "

@@ -29,7 +29,7 @@ from functional.channels_last import apply_channels_last
 from functional.colout import colout, colout_batch
 from functional.cutmix import cutmix_batch
 from functional.cutout import cutout
-from functional.ema import compute_ema, ema_smoothing
+from functional.ema import compute_ema, ema_smoothing, swap_ema_weights, use_ema_weights
 from functional.factorization import FactorizedConv2d, FactorizedLinear, apply_factorization
 from functional.gated_linear_units import GatedLinear, apply_gated_linear_units
 from functional.ghost_batchnorm import (
@@ -132,5 +132,7 @@ __all__: list[str] = [
     "seq_length_warmup_length",
     "should_selective_backprop",
     "smooth_labels",
+    "swap_ema_weights",
     "unregister_alibi",
+    "use_ema_weights",
 ]

@@ -15,6 +15,8 @@ from functional._checks import (
     accumulation_dtype,
     check_one_of,
     check_positive,
+    check_values,
+    foreach_total_norm,
     group_by_device_and_dtype,
 )
 
@@ -48,13 +50,69 @@ def _row_dims(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(range(1, t.ndim))
 
 
-def _coefficients(w_norm: torch.Tensor, g_norm: torch.Tensor, threshold: float) -> torch.Tensor:
+def _check_threshold(value: object) -> float | torch.Tensor:
+    """A finite number > 0, or a 0-d floating tensor whose value is checked on the device.
+
+    Under ``torch.compile`` the value of a Python number is not compared, so that a threshold
+    that changes between steps stays a graph input instead of a guard.
+    """
+    if isinstance(value, torch.Tensor):
+        if value.ndim != 0 or not value.is_floating_point():
+            raise ValueError(
+                "clipping_threshold must be a number or a 0-d floating tensor, got a tensor of "
+                f"shape {tuple(value.shape)} and dtype {value.dtype}"
+            )
+        check_values(
+            (value > 0) & value.isfinite(),
+            "clipping_threshold must be a finite number > 0",
+            lambda: f"{value.item()}",
+        )
+        return value
+    if torch.compiler.is_compiling():
+        return value  # type: ignore[return-value]
+    return check_positive(value, "clipping_threshold")
+
+
+def _clip_by_value_(params: list[torch.Tensor], threshold: float | torch.Tensor) -> None:
+    """Clamp every gradient entry to [-threshold, threshold], one foreach pair per group."""
+    grads = [p.grad for p in params if p.grad is not None]
+    for (device, dtype), (gs,) in group_by_device_and_dtype(grads).items():
+        if isinstance(threshold, torch.Tensor) or torch.compiler.is_compiling():
+            # A tensor bound (or a float under compile, which a Scalar argument would
+            # specialise): one 0-d bound per gradient, kept on the device.
+            high = (torch.ones((), device=device, dtype=dtype) * threshold).to(dtype)
+            torch._foreach_clamp_min_(gs, [-high] * len(gs))
+            torch._foreach_clamp_max_(gs, [high] * len(gs))
+        else:
+            torch._foreach_clamp_min_(gs, -threshold)
+            torch._foreach_clamp_max_(gs, threshold)
+
+
+def _clip_by_norm_(params: list[torch.Tensor], threshold: float | torch.Tensor) -> torch.Tensor:
+    """Scale all gradients by min(1, threshold / (‖g‖ + 1e-6)); returns ‖g‖ (as
+    ``torch.nn.utils.clip_grad_norm_``, whose tensor-threshold path reads it on the host)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros((), dtype=torch.float32)
+    total = foreach_total_norm(grads)
+    coef = (threshold / (total + 1e-6)).clamp(max=1.0)
+    for (device, _), (gs,) in group_by_device_and_dtype(grads).items():
+        torch._foreach_mul_(gs, coef.to(device))
+    return total
+
+
+def _coefficients(
+    w_norm: torch.Tensor, g_norm: torch.Tensor, threshold: float | torch.Tensor
+) -> torch.Tensor:
     """min(1, λ·max(‖W‖, 1e-3) / ‖G‖), in place on ``w_norm`` (‖G‖ = 0 gives inf, then 1)."""
     return w_norm.clamp_min_(AGC_EPS).mul_(threshold).div_(g_norm).clamp_(max=1.0)
 
 
 def _clip_batched_(
-    ps: list[torch.Tensor], gs: list[torch.Tensor], threshold: float, acc: torch.dtype
+    ps: list[torch.Tensor],
+    gs: list[torch.Tensor],
+    threshold: float | torch.Tensor,
+    acc: torch.dtype,
 ) -> torch.Tensor:
     """AGC of same-device, same-dtype tensors with few kernel launches; returns ‖G‖²."""
     # Whole-tensor units (0-D and 1-D: biases, norm gains) with one foreach launch each; per-row
@@ -79,7 +137,10 @@ def _clip_batched_(
 
 
 def _clip_cache_friendly_(
-    ps: list[torch.Tensor], gs: list[torch.Tensor], threshold: float, acc: torch.dtype
+    ps: list[torch.Tensor],
+    gs: list[torch.Tensor],
+    threshold: float | torch.Tensor,
+    acc: torch.dtype,
 ) -> torch.Tensor:
     """The CPU schedule: each large gradient is multiplied right after its norm is taken, while
     it is still in cache (all norms first, then all products, reads every gradient twice from
@@ -108,7 +169,7 @@ _CACHE_FRIENDLY_DEVICES = {"cpu"}
 
 
 def _adaptive_clip_(
-    params: list[torch.Tensor], grads: list[torch.Tensor], threshold: float
+    params: list[torch.Tensor], grads: list[torch.Tensor], threshold: float | torch.Tensor
 ) -> torch.Tensor:
     """Unit-wise AGC of ``grads`` in place; returns the global L2 norm of the unclipped grads."""
     out_dtype = torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
@@ -128,7 +189,7 @@ def _adaptive_clip_(
 def apply_gradient_clipping(
     parameters: torch.Tensor | Iterable[torch.Tensor] | nn.Module,
     clipping_type: str,
-    clipping_threshold: float,
+    clipping_threshold: float | torch.Tensor,
 ) -> torch.Tensor | None:
     r"""Clip the gradients of ``parameters`` in place, by global norm, by value or unit-wise.
 
@@ -136,9 +197,11 @@ def apply_gradient_clipping(
     ``optimizer.step()`` (after ``scaler.unscale_(optimizer)`` under AMP).
 
     - ``'norm'``: if the L2 norm of all gradients together exceeds ``clipping_threshold``,
-      scale them all by ``clipping_threshold / norm`` (``torch.nn.utils.clip_grad_norm_``).
+      scale them all by ``clipping_threshold / (norm + 1e-6)`` (the rule of
+      ``torch.nn.utils.clip_grad_norm_``; the norm accumulates in float32, float64 for
+      float64 gradients).
     - ``'value'``: clamp every gradient entry to ``[-clipping_threshold, clipping_threshold]``
-      (``torch.nn.utils.clip_grad_value_``).
+      (the rule of ``torch.nn.utils.clip_grad_value_``).
     - ``'adaptive'``: adaptive gradient clipping (AGC), unit by unit. For a unit with weights
       :math:`W_i` and gradient :math:`G_i`, with :math:`\lambda` = ``clipping_threshold``:
 
@@ -161,7 +224,13 @@ def apply_gradient_clipping(
         clipping_type: ``'norm'``, ``'value'`` or ``'adaptive'``.
         clipping_threshold: the maximum norm (``'norm'``), maximum absolute value
             (``'value'``) or maximum gradient-to-weight norm ratio :math:`\lambda`
-            (``'adaptive'``); a finite number > 0.
+            (``'adaptive'``); a finite number > 0, or a 0-d tensor (range-checked on the CPU
+            eagerly, by a device-side assert on accelerators).
+
+    Device and compile behaviour: no mode reads a tensor value on the host, and each traces
+    under ``torch.compile(fullgraph=True)``; a threshold that changes between calls does not
+    recompile when given as a 0-d tensor, and recompiles once (dynamo's automatic dynamic
+    floats), then never again, when given as a Python float.
 
     Returns:
         For ``'norm'`` and ``'adaptive'``, the L2 norm of all the gradients together before
@@ -184,12 +253,14 @@ def apply_gradient_clipping(
     if not isinstance(clipping_type, str):
         raise TypeError(f"clipping_type must be a str, got {type(clipping_type).__name__}")
     check_one_of(clipping_type, "clipping_type", CLIPPING_TYPES)
-    threshold = check_positive(clipping_threshold, "clipping_threshold")
+    threshold = _check_threshold(clipping_threshold)
     params = _as_parameter_list(parameters)
     if clipping_type == "norm":
-        return torch.nn.utils.clip_grad_norm_(params, max_norm=threshold)
+        with torch.no_grad():
+            return _clip_by_norm_(params, threshold)
     if clipping_type == "value":
-        torch.nn.utils.clip_grad_value_(params, clip_value=threshold)
+        with torch.no_grad():
+            _clip_by_value_(params, threshold)
         return None
     with_grad = [p for p in params if p.grad is not None]
     for p in with_grad:

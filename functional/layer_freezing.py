@@ -41,6 +41,8 @@ def freeze_layers(
     max_epochs: int,
     freeze_start: float = 0.5,
     freeze_level: float = 1.0,
+    *,
+    logger: object | None = None,
 ) -> tuple[int, float]:
     """Freeze the first layers of ``model``, more of them as training progresses, in place.
 
@@ -72,6 +74,12 @@ def freeze_layers(
         max_epochs: the total number of epochs (>= 1).
         freeze_start: the progress in [0, 1] at which freezing begins.
         freeze_level: the fraction in [0, 1] of layers frozen at the end of training.
+        logger: accepted for portability from Composer's ``freeze_layers(..., logger)``.
+            ``None`` (the default) logs nothing; otherwise any object with a
+            ``log_metrics(dict)`` method (Composer's ``Logger``, a small adapter around
+            wandb/TensorBoard) receives ``{"layer_freezing/layers_frozen": n_frozen,
+            "layer_freezing/percentage_frozen": frozen_fraction}`` once per call. The
+            returned ``(n_frozen, frozen_fraction)`` carries the same figures.
 
     Returns:
         ``(n_frozen, frozen_fraction)``: the number of frozen layers and the scheduled fraction.
@@ -100,10 +108,16 @@ def freeze_layers(
         raise ValueError(f"current_epoch must be <= max_epochs ({max_epochs}), got {current_epoch}")
     freeze_start = check_in_range(freeze_start, "freeze_start", 0.0, 1.0)
     freeze_level = check_in_range(freeze_level, "freeze_level", 0.0, 1.0)
+    if logger is not None and not callable(getattr(logger, "log_metrics", None)):
+        raise TypeError(
+            "logger must be None or have a log_metrics(dict) method (e.g. Composer's Logger), "
+            f"got {type(logger).__name__}"
+        )
 
     layers = [m for m in model.modules() if next(m.parameters(recurse=False), None) is not None]
     if not layers:
         warn_no_effect("freeze_layers", "modules with parameters to freeze")
+        _log(logger, 0, 0.0)
         return 0, 0.0
     fraction = _freeze_fraction(current_epoch / max_epochs, freeze_start, freeze_level)
     n_frozen = min(len(layers), int(fraction * len(layers) + _ROUNDING_SLACK))
@@ -117,4 +131,12 @@ def freeze_layers(
         _freeze_norm_statistics(layer)
     if frozen and opts:
         update_params_in_optimizer(frozen, [], opts)
+    _log(logger, n_frozen, fraction)
     return n_frozen, fraction
+
+
+def _log(logger: object | None, n_frozen: int, fraction: float) -> None:
+    if logger is not None:
+        logger.log_metrics(  # type: ignore[attr-defined]
+            {"layer_freezing/layers_frozen": n_frozen, "layer_freezing/percentage_frozen": fraction}
+        )

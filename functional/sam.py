@@ -6,6 +6,7 @@ Efficiently Improving Generalization", ICLR 2021, https://arxiv.org/abs/2010.014
 
 from __future__ import annotations
 
+import numbers
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +41,20 @@ class _GradientsView:
         return self._sam.param_groups
 
 
+class _Cycle:
+    """Where the next step falls within the interval (0 .. interval-1), a plain Python object.
+
+    Kept outside the optimizer's own attributes: dynamo treats optimizers specially and does
+    not guard on their other Python attributes, so a compiled step would keep the first
+    decision; on an ordinary object the value is guarded and each kind of step has its graph.
+    """
+
+    __slots__ = ("phase",)
+
+    def __init__(self) -> None:
+        self.phase = 0
+
+
 class SAMOptimizer(Optimizer):
     r"""Wrap ``base_optimizer`` so that each step minimises the sharpness-aware loss.
 
@@ -62,10 +77,11 @@ class SAMOptimizer(Optimizer):
     then restored bit for bit (from a saved copy, not by subtracting :math:`\hat\epsilon`) and
     the base optimizer steps from :math:`w` with the gradient of the second pass. Other steps
     run the closure once and step the base optimizer. ``step`` returns the closure's loss at
-    :math:`w` (the first pass) in both cases. The norm and the perturbation use
-    ``torch._foreach_*`` kernels, one launch per device and dtype, with no Python loop over
-    parameters in the arithmetic; the copy of :math:`w` lives in scratch buffers kept between
-    steps (one parameter-sized copy, the extra memory SAM needs anyway).
+    :math:`w` (the first pass) in both cases. The norm, the copy of :math:`w` and, on
+    accelerators, the perturbation use ``torch._foreach_*`` kernels, one launch per device and
+    dtype (on CPU the perturbation is one fused ``addcmul_`` pass per tensor); the copy of
+    :math:`w` lives in scratch buffers kept between steps (one parameter-sized copy, the extra
+    memory SAM needs anyway).
 
     The wrapper shares the base optimizer's ``param_groups``, ``state`` and ``defaults`` (the
     same objects), so LR schedulers can drive either object, ``add_param_group`` adds to both,
@@ -74,13 +90,32 @@ class SAMOptimizer(Optimizer):
     the base optimizer (the ``"sam"`` entry is then left as it is). A SAM state dict loads into
     the bare base optimizer too (torch ignores the extra key).
 
+    Non-finite gradients: if the gradient at :math:`w` has an inf or NaN, the perturbation is
+    skipped (:math:`\hat\epsilon = 0`: the second pass runs at :math:`w` itself), so one
+    bad entry does not spread NaN to every weight through :math:`0 \cdot \infty`; without a
+    grad scaler the base optimizer then steps as it would have without SAM. This is decided on
+    the device (``torch.where`` on the norm, then the gradients' non-finite entries are zeroed
+    before forming :math:`\hat\epsilon`: one extra pass over them), with no host read.
+
     Mixed precision: with bfloat16 autocast no scaler is needed. For float16 with
     ``torch.amp.GradScaler`` pass ``grad_scaler=scaler``, call ``scaler.scale(loss).backward()``
     inside the closure, call ``opt.step(closure)`` (not ``scaler.step``, which refuses closures)
     and then ``scaler.update()``. Each pass's gradients are unscaled before they are used (the
-    norm is taken on true gradients); if the first pass has inf/NaN gradients the step is
-    skipped without a second pass, if the second has them the weights are restored and the step
-    is skipped; either way ``scaler.update()`` then lowers the scale, as with ``scaler.step``.
+    norm is taken on true gradients); if either pass has inf/NaN gradients the weights are
+    restored and the base step is skipped, and ``scaler.update()`` then lowers the scale, as
+    with ``scaler.step``. The inf/NaN flags stay on the device: a base optimizer with a fused
+    step (``SGD``/``Adam``/``AdamW`` with ``fused=True``, which ``GradScaler`` also drives this
+    way) receives them as ``found_inf`` and skips on the device, with no synchronisation.
+    Any other base optimizer needs to know on the host whether to step: that one read per step
+    is inherent (``GradScaler.step`` makes the same read) and is the only one SAM makes.
+
+    Device and compile behaviour: without a grad scaler (or with a fused base optimizer) a
+    step reads no tensor value on the host. The step counter is a 0-d CPU tensor, so the step
+    traces under ``torch.compile(fullgraph=True)`` (with a closure that dynamo can trace)
+    without specialising on the step number: ``interval=1`` compiles one graph; with
+    ``interval > 1`` a SAM step and a plain step are two different programs (one or two
+    forward/backward passes), so dynamo builds a few graphs (at most three: the first step,
+    then one per kind) and then no more.
 
     Distributed data parallel: the closure's ``backward`` all-reduces the gradients, so the norm
     and :math:`\hat\epsilon` are computed from the averaged gradient and every rank applies the
@@ -91,7 +126,8 @@ class SAMOptimizer(Optimizer):
 
     Args:
         base_optimizer: the optimizer that performs the update (SGD, AdamW, ...).
-        rho: radius :math:`\rho` of the neighbourhood, >= 0 (0 makes every step a plain one).
+        rho: radius :math:`\rho` of the neighbourhood, > 0 (as the SAM seed states; for plain
+            steps use the base optimizer, or a large ``interval``).
         epsilon: :math:`\varepsilon` added to the gradient norm, > 0.
         interval: every ``interval``-th step is a SAM step, >= 1.
         grad_scaler: optional ``torch.amp.GradScaler`` whose scaled gradients the closure
@@ -112,10 +148,6 @@ class SAMOptimizer(Optimizer):
         >>> opt.global_step
         1
     """
-
-    # On CPU the perturbation is one fused w += s·g pass (reading the CPU scalar s is free);
-    # elsewhere s stays a device tensor. Tests switch this off to run the accelerator path on CPU.
-    _scalar_alpha_on_cpu = True
 
     def __init__(
         self,
@@ -139,11 +171,14 @@ class SAMOptimizer(Optimizer):
                 f"grad_scaler must be a torch.amp.GradScaler or None, got {type(grad_scaler).__name__}"
             )
         self.base_optimizer = base_optimizer
-        self.rho = check_positive(rho, "rho", allow_zero=True)
+        self.rho = _check_rho(rho, "rho")
         self.epsilon = check_positive(epsilon, "epsilon")
         self.interval = check_int(interval, "interval", minimum=1)
         self.grad_scaler = grad_scaler
-        self.global_step = 0
+        # The step count lives in a tensor, updated in place, so a compiled step does not
+        # specialise on it; the position within the interval is a small Python int.
+        self._steps = torch.zeros((), dtype=torch.int64)
+        self._cycle = _Cycle()
         self._second_pass = _GradientsView(self)
         self._scratch: list[torch.Tensor] = []
         self._scratch_layout: list[tuple[Any, ...]] = []
@@ -184,9 +219,20 @@ class SAMOptimizer(Optimizer):
     def defaults(self, value: dict[str, Any]) -> None:
         self.base_optimizer.defaults = value
 
+    @property
+    def global_step(self) -> int:
+        """The number of calls to :meth:`step` so far (read on the host: not in a hot loop)."""
+        return int(self._steps)
+
+    @global_step.setter
+    def global_step(self, value: int) -> None:
+        value = check_int(value, "global_step", minimum=0)
+        self._steps = torch.full((), value, dtype=torch.int64)
+        self._cycle.phase = value % self.interval
+
     def is_sam_step(self) -> bool:
         """Whether the next call to :meth:`step` is a SAM step (two passes)."""
-        return (self.global_step + 1) % self.interval == 0
+        return self._cycle.phase == self.interval - 1
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Add a param group to the base optimizer (and so to this one)."""
@@ -232,17 +278,13 @@ class SAMOptimizer(Optimizer):
             global_step = check_int(
                 sam_state["global_step"], "state_dict['sam']['global_step']", minimum=0
             )
-            rho = check_positive(sam_state["rho"], "state_dict['sam']['rho']", allow_zero=True)
+            rho = _check_rho(sam_state["rho"], "state_dict['sam']['rho']")
             epsilon = check_positive(sam_state["epsilon"], "state_dict['sam']['epsilon']")
             interval = check_int(sam_state["interval"], "state_dict['sam']['interval']", minimum=1)
         self.base_optimizer.load_state_dict(base_state)
         if sam_state is not None:
-            self.global_step, self.rho, self.epsilon, self.interval = (
-                global_step,
-                rho,
-                epsilon,
-                interval,
-            )
+            self.rho, self.epsilon, self.interval = rho, epsilon, interval
+            self.global_step = global_step
         for post_hook in self._optimizer_load_state_dict_post_hooks.values():
             post_hook(self)
 
@@ -273,16 +315,34 @@ class SAMOptimizer(Optimizer):
             f"interval={self.interval},\n    base_optimizer={inner})"
         )
 
-    def _unscale_and_check(self, owner: object) -> bool:
-        """Unscale the current gradients with the grad scaler; True when they are all finite."""
+    def _unscale(self, owner: object) -> torch.Tensor | None:
+        """Unscale the current gradients with the grad scaler; the inf/NaN flag (a device
+        tensor, > 0 when some gradient is not finite), or None without an active scaler."""
         scaler = self.grad_scaler
         if scaler is None or not scaler.is_enabled():
-            return True
+            return None
         scaler.unscale_(owner)  # type: ignore[arg-type]
         # GradScaler keeps the inf/NaN flags it just computed per optimizer (keyed by id); this is
-        # where GradScaler.step reads them too.
+        # where GradScaler.step takes them from too.
         found = scaler._per_optimizer_states[id(owner)]["found_inf_per_device"]
-        return not sum(v.item() for v in found.values())
+        flags = [v.to(scaler._scale.device, non_blocking=True) for v in found.values()]
+        return torch.stack(flags).amax() if flags else None
+
+    def _base_step(self, found_inf: torch.Tensor | None) -> None:
+        """Step the base optimizer, skipping the step when ``found_inf`` is set."""
+        base = self.base_optimizer
+        if found_inf is None:
+            base.step()
+        elif getattr(base, "_step_supports_amp_scaling", False):
+            # A fused step takes the flag and skips on the device (as GradScaler.step does).
+            base.found_inf = found_inf  # type: ignore[attr-defined]
+            base.grad_scale = None  # type: ignore[attr-defined]  # already unscaled
+            try:
+                base.step()
+            finally:
+                del base.found_inf, base.grad_scale  # type: ignore[attr-defined]
+        elif not bool(found_inf):  # inherent host read (documented): whether to step at all
+            base.step()
 
     def _gradients(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         params, grads = [], []
@@ -302,46 +362,60 @@ class SAMOptimizer(Optimizer):
                 "SAMOptimizer.step requires closure: a callable that zeroes the gradients, "
                 f"computes the loss, calls backward() and returns the loss; got {closure!r}"
             )
-        sam_step = self.is_sam_step()
+        cycle = self._cycle
+        sam_step = cycle.phase == self.interval - 1
         with torch.enable_grad():
             loss = closure()
-        self.global_step += 1
-        if not self._unscale_and_check(self):
-            return loss  # inf/NaN gradients: skip, the scaler lowers its scale on update()
-        if not sam_step or self.rho == 0.0:
-            self.base_optimizer.step()
+        self._steps.add_(1)
+        cycle.phase = 0 if sam_step else cycle.phase + 1
+        found_inf = self._unscale(self)
+        if not sam_step:
+            self._base_step(found_inf)
             return loss
 
         with torch.no_grad():
             params, grads = self._gradients()
             if not params:
-                self.base_optimizer.step()
+                self._base_step(found_inf)
                 return loss
-            scale = self.rho / (foreach_total_norm(grads) + self.epsilon)
+            norm = foreach_total_norm(grads)
+            # e(w) = g·ρ/(‖g‖+ε), or 0 when g is not finite (decided on the device).
+            scale = torch.where(norm.isfinite(), self.rho / (norm + self.epsilon), 0.0)
             saved = self._saved_buffers(params)
             groups = group_by_device_and_dtype(params, grads, saved)
             for (device, _), (ps, gs, ws) in groups.items():
                 torch._foreach_copy_(ws, ps)
-                if (
-                    device.type == "cpu"
-                    and scale.device.type == "cpu"
-                    and self._scalar_alpha_on_cpu
-                ):
-                    # Reading a CPU scalar costs no device sync: w += s·g in one pass.
-                    torch._foreach_add_(ps, gs, alpha=scale.item())
+                factor = scale.to(device)
+                if found_inf is None:
+                    # With g not finite the factor is 0, but 0·inf = NaN: zero those entries
+                    # first (the closure zeroes the gradients next anyway). With a grad scaler
+                    # such a step is skipped as a whole.
+                    for g in gs:
+                        torch.nan_to_num_(g, nan=0.0, posinf=0.0, neginf=0.0)
+                if device.type == "cpu":
+                    # One pass per tensor, w += factor·g (CPU foreach kernels loop anyway).
+                    for p, g in zip(ps, gs, strict=True):
+                        p.addcmul_(g, factor)
                 else:
-                    # No sync on accelerators: e(w) = g·ρ/(‖g‖+ε) is formed in the gradient
-                    # buffers (the closure zeroes them next), then added.
-                    torch._foreach_mul_(gs, scale.to(device))
+                    # Two multi-tensor launches; e(w) is formed in the gradient buffers.
+                    torch._foreach_mul_(gs, factor)
                     torch._foreach_add_(ps, gs)
         try:
             with torch.enable_grad():
                 closure()
-            finite = self._unscale_and_check(self._second_pass)
+            second_inf = self._unscale(self._second_pass)
         finally:
             with torch.no_grad():
                 for ps, _, ws in groups.values():
                     torch._foreach_copy_(ps, ws)  # bitwise restore of w
-        if finite:
-            self.base_optimizer.step()
+        if found_inf is not None and second_inf is not None:
+            found_inf = torch.maximum(found_inf, second_inf)
+        self._base_step(found_inf)
         return loss
+
+
+def _check_rho(rho: object, name: str) -> float:
+    """The SAM seed's rule: rho must be greater than 0 (and finite)."""
+    if isinstance(rho, numbers.Real) and not isinstance(rho, bool) and rho <= 0:
+        raise ValueError(f"{name} must be greater than 0, got {rho}")
+    return check_positive(rho, name)

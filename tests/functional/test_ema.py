@@ -279,3 +279,271 @@ def test_ddp_and_fsdp2_sharded_models_update_local_shards() -> None:
                 F.compute_ema(model, build(), 0.5)
         finally:
             dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------------------------
+# The EMA seed's settings: time strings, train_with_ema_weights, evaluation with EMA weights
+# ---------------------------------------------------------------------------------------------
+
+
+def test_seed_time_strings() -> None:
+    """EMA(half_life='50ba', update_interval='1ba') and the seed's other forms."""
+    assert F.ema_smoothing(half_life="50ba", update_interval="1ba") == F.ema_smoothing(50, 1)
+    assert F.ema_smoothing("2ep", "1ep") == pytest.approx(2**-0.5)
+    # update_interval defaults to 1 in the units of half_life.
+    assert F.ema_smoothing("10ep") == F.ema_smoothing(10)
+    assert F.ema_smoothing("10ba", 5) == pytest.approx(F.ema_smoothing(10, 5))
+    assert F.ema_smoothing("0ba") == 0.0  # a half life of 0: no averaging
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (("50ba", "1ep"), "same unit"),
+        (("1.5ba",), "integer and a unit"),
+        (("50ba", "0.5ba"), "integer and a unit"),
+        (("0.5dur",), "integer and a unit"),
+        (("100sp",), "integer and a unit"),
+        (("ba",), "integer and a unit"),
+        (("-5ba",), "integer and a unit"),
+        ((50, "1ba"), "half_life is a number"),
+        (("50ba", "0ba"), "update_interval must be in"),
+    ],
+)
+def test_seed_time_string_errors(args, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        F.ema_smoothing(*args)
+
+
+def test_smoothing_as_a_tensor_and_range_check() -> None:
+    ema = Net()
+    model = _perturbed(ema)
+    twin = copy.deepcopy(ema)
+    F.compute_ema(model, ema, torch.tensor(0.75))
+    F.compute_ema(model, twin, 0.75)
+    for (name, a), b in zip(_state(ema).items(), _state(twin).values(), strict=True):
+        torch.testing.assert_close(a, b, msg=name)
+    with pytest.raises(ValueError, match=r"smoothing must be in \[0, 1\], got 1.5"):
+        F.compute_ema(model, ema, torch.tensor(1.5))
+    with pytest.raises(ValueError, match="0-d floating tensor"):
+        F.compute_ema(model, ema, torch.tensor([0.5, 0.5]))
+
+
+def test_train_with_ema_weights() -> None:
+    """The seed's train_with_ema_weights: after the update the model holds the EMA weights."""
+    ema = Net()
+    model = _perturbed(ema)
+    expected = reference.ema(_state(model), _state(ema), 0.9)
+    F.compute_ema(model, ema, 0.9, train_with_ema_weights=True)
+    for name, value in _state(model).items():
+        torch.testing.assert_close(value.double(), expected[name].double(), msg=name)
+        assert torch.equal(value, _state(ema)[name]), name
+    with pytest.raises(TypeError, match="train_with_ema_weights must be a bool"):
+        F.compute_ema(model, ema, 0.9, train_with_ema_weights=1)
+
+
+def test_edits_between_calls_are_seen() -> None:
+    """No cache: a tensor replaced through .data, or a new parameter object, is used at once."""
+    model, ema = nn.Linear(3, 2), nn.Linear(3, 2)
+    with torch.no_grad():
+        ema.weight.zero_()
+        ema.bias.zero_()
+    F.compute_ema(model, ema, 0.5)
+    model.weight.data = torch.full((2, 3), 4.0)
+    model.bias = nn.Parameter(torch.full((2,), 8.0))
+    before = ema.weight.detach().clone(), ema.bias.detach().clone()
+    F.compute_ema(model, ema, 0.5)
+    torch.testing.assert_close(ema.weight, 0.5 * before[0] + 2.0)
+    torch.testing.assert_close(ema.bias, 0.5 * before[1] + 4.0)
+
+
+def _bits(module_or_state) -> dict:
+    items = (
+        module_or_state.items()
+        if isinstance(module_or_state, dict)
+        else _state(module_or_state).items()
+    )
+    return {k: v.detach().clone() for k, v in items}
+
+
+@pytest.mark.parametrize("as_state_dict", [False, True])
+def test_swap_ema_weights_exchanges_everything_bitwise(as_state_dict) -> None:
+    ema = Net()
+    model = _perturbed(ema)
+    model.cache.fill_(3.0)  # non-persistent: a module EMA swaps it, a state dict has none
+    target = ema.state_dict() if as_state_dict else ema
+    model_before, ema_before = _bits(model), _bits(ema)
+    parameter_objects = [id(p) for p in model.parameters()]
+    F.swap_ema_weights(model, target)
+    for name, value in _state(model).items():
+        if as_state_dict and name == "cache":
+            assert torch.equal(value, model_before[name])
+            continue
+        assert torch.equal(value, ema_before[name]), name  # bit for bit, integers too
+        assert torch.equal(_state(ema)[name], model_before[name]), name
+    assert [id(p) for p in model.parameters()] == parameter_objects
+    F.swap_ema_weights(model, target)
+    for name, value in _state(model).items():
+        assert torch.equal(value, model_before[name]), name
+    for name, value in _state(ema).items():
+        assert torch.equal(value, ema_before[name]), name
+
+
+def test_swap_keeps_optimizer_state_and_handles_tied_weights() -> None:
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(5, 3)
+            self.head = nn.Linear(3, 5, bias=False)
+            self.head.weight = self.embed.weight
+
+    model = Tied()
+    ema = _perturbed(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model.head(model.embed(torch.tensor([1, 2]))).sum().backward()
+    opt.step()
+    momentum = opt.state[model.embed.weight]["momentum_buffer"].clone()
+    model_w, ema_w = model.embed.weight.detach().clone(), ema.embed.weight.detach().clone()
+    with F.use_ema_weights(model, ema) as inside:
+        assert inside is model
+        assert torch.equal(model.head.weight, ema_w)  # the tied tensor swapped once, not twice
+        assert torch.equal(ema.embed.weight, model_w)
+    assert torch.equal(model.embed.weight, model_w) and torch.equal(ema.embed.weight, ema_w)
+    assert torch.equal(opt.state[model.embed.weight]["momentum_buffer"], momentum)
+
+
+def test_use_ema_weights_evaluates_like_the_ema_and_restores_on_error() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2)).eval()
+    ema = _perturbed(model).eval()
+    ema[1].running_var.abs_().add_(0.5)  # a valid variance after the random perturbation
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want, own = ema(x), model(x)
+    with F.use_ema_weights(model, ema), torch.no_grad():
+        assert torch.equal(model(x), want)
+    with pytest.raises(RuntimeError, match="boom"), F.use_ema_weights(model, ema):
+        raise RuntimeError("boom")
+    with torch.no_grad():
+        assert torch.equal(model(x), own)
+
+
+def test_swap_refuses_other_dtypes_before_touching_anything() -> None:
+    model = nn.Linear(3, 2)
+    ema = copy.deepcopy(model).double()
+    before = _bits(model)
+    with pytest.raises(TypeError, match="same on both sides"):
+        F.swap_ema_weights(model, ema)
+    for name, value in _state(model).items():
+        assert torch.equal(value, before[name])
+    with pytest.raises(ValueError, match="swap_ema_weights: model and ema_model must have"):
+        F.swap_ema_weights(model, {"weight": torch.zeros(2, 3)})
+
+
+# ---------------------------------------------------------------------------------------------
+# Swapping with the EMA under real torch.distributed (gloo, 2 processes; see test_distributed)
+# ---------------------------------------------------------------------------------------------
+
+
+def scenario_use_ema_weights_through_ddp(rank: int, world_size: int) -> None:
+    """Evaluate a DDP model with its EMA weights, swap back, keep training: ranks agree."""
+    from tests.test_distributed import assert_identical_across_ranks, rank_batch, small_cnn
+
+    model = small_cnn()
+    ema = copy.deepcopy(model)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    def train(step: int) -> None:
+        x, y = rank_batch(rank, step)
+        opt.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+
+    for step in range(2):
+        train(step)
+        F.compute_ema(ddp, ema, smoothing=0.5)
+    x, _ = rank_batch(0, 99)
+    ema_copy = copy.deepcopy(ema).eval()
+    for buffer in ema_copy.buffers():  # DDP's forward broadcasts rank 0's buffers
+        torch.distributed.broadcast(buffer, src=0)
+    own = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        want = ema_copy(x)
+    with F.use_ema_weights(ddp, ema), torch.no_grad():
+        ddp.eval()
+        torch.testing.assert_close(ddp(x), want, rtol=0, atol=0)
+        ddp.train()
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, own[name]), name
+    train(2)  # DDP and the optimizer still work on the same parameter objects
+    assert_identical_across_ranks(model.parameters())
+    assert_identical_across_ranks(ema.parameters(), "EMA parameters")
+
+
+def scenario_use_ema_weights_on_fsdp2_shards(rank: int, world_size: int) -> None:
+    """fully_shard models: each rank swaps its own shards, no communication; the sharded
+    model then computes what an unsharded model with the EMA's weights computes."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from tests.test_distributed import _fully_shard
+
+    fully_shard = _fully_shard()
+    mesh = init_device_mesh("cpu", (world_size,))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    ema = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in ema.parameters():
+            p.mul_(0.5)
+    plain_ema = copy.deepcopy(ema)  # unsharded reference with the EMA's weights
+    for m in (model, ema):
+        fully_shard(m[0], mesh=mesh)
+        fully_shard(m, mesh=mesh)
+    full = lambda m: [p.full_tensor().clone() for p in m.parameters()]  # noqa: E731
+    model_full, ema_full = full(model), full(ema)
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(5, 8, generator=gen)
+    with torch.no_grad():
+        want = plain_ema(x)
+    with F.use_ema_weights(model, ema):
+        for got, expected in zip(full(model), ema_full, strict=True):
+            assert torch.equal(got, expected)
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), want)
+    for got, expected in zip(full(model), model_full, strict=True):
+        assert torch.equal(got, expected)
+    for got, expected in zip(full(ema), ema_full, strict=True):
+        assert torch.equal(got, expected)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(x).sum().backward()  # training still works on the swapped-back shards
+    opt.step()
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    "scenario",
+    [scenario_use_ema_weights_through_ddp, scenario_use_ema_weights_on_fsdp2_shards],
+    ids=["ddp", "fsdp2"],
+)
+def test_use_ema_weights_distributed(scenario) -> None:
+    from tests.test_distributed import launch
+
+    launch(scenario)
+
+
+def test_quick_and_careful_paths_agree() -> None:
+    """Same tree and dtypes (the quick path), a float64 EMA module (the careful path, with
+    conversion) and absent biases (None parameters) give the same averages."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.Flatten())
+    ema = _perturbed(model)
+    wide = copy.deepcopy(ema).double()
+    expected = reference.ema(_state(model), _state(ema), 0.8)
+    F.compute_ema(model, ema, 0.8)
+    F.compute_ema(model, wide, 0.8)
+    for name, value in _state(ema).items():
+        torch.testing.assert_close(value.double(), expected[name].double(), msg=name)
+        torch.testing.assert_close(_state(wide)[name].double(), expected[name].double(), msg=name)
+    assert wide[0].weight.dtype == torch.float64
+    with pytest.raises(ValueError, match=r"'0\.weight' has shape"):
+        F.compute_ema(model, nn.Sequential(nn.Conv2d(3, 4, 1, bias=False), *ema[1:]), 0.5)

@@ -119,3 +119,35 @@ def test_validation_and_no_effect():
     with pytest.raises(TypeError, match="optimizers must be"):
         freeze_layers(model, "adam", 1, 4)
     assert_no_effect(lambda: freeze_layers(nn.ReLU(), None, 4, 4), "modules with parameters")
+
+
+class _RecordingLogger:
+    """A minimal logger with Composer's ``log_metrics(dict)`` method."""
+
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+
+    def log_metrics(self, metrics: dict) -> None:
+        self.records.append(dict(metrics))
+
+
+def test_seed_logger_argument():
+    """The seed's ``logger`` parameter: None logs nothing; a logger receives the figures."""
+    model = nn.Sequential(*[nn.Linear(3, 3) for _ in range(4)])
+    assert freeze_layers(model, None, 1, 4, 0.5, 1.0, logger=None) == (0, 0.0)
+    logger = _RecordingLogger()
+    n_frozen, fraction = freeze_layers(
+        model,
+        None,
+        current_epoch=3,
+        max_epochs=4,
+        freeze_start=0.5,
+        freeze_level=1.0,
+        logger=logger,
+    )
+    assert (n_frozen, fraction) == (2, 0.5)
+    assert logger.records == [
+        {"layer_freezing/layers_frozen": 2, "layer_freezing/percentage_frozen": 0.5}
+    ]
+    with pytest.raises(TypeError, match="logger must be None or have a log_metrics"):
+        freeze_layers(model, None, 3, 4, logger=print)

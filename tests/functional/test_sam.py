@@ -47,16 +47,8 @@ def regression_closure(w: nn.Parameter, opt: torch.optim.Optimizer, calls: list 
     return closure
 
 
-@pytest.fixture(params=["cpu-path", "accelerator-path"])
-def perturbation_path(request, monkeypatch):
-    """Run a test through both ways of applying the perturbation (see SAMOptimizer.step)."""
-    if request.param == "accelerator-path":
-        monkeypatch.setattr(SAMOptimizer, "_scalar_alpha_on_cpu", False)
-    return request.param
-
-
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
-def test_matches_hand_computed_steps(momentum, perturbation_path):
+def test_matches_hand_computed_steps(momentum):
     rho, eps, lr = 0.1, 1e-12, 0.05
     w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
     opt = SAMOptimizer(torch.optim.SGD([w], lr=lr, momentum=momentum), rho=rho, epsilon=eps)
@@ -76,7 +68,7 @@ def test_matches_hand_computed_steps(momentum, perturbation_path):
         torch.testing.assert_close(w.detach(), w_ref, rtol=1e-12, atol=1e-14)
 
 
-def test_second_pass_runs_at_the_perturbed_point(perturbation_path):
+def test_second_pass_runs_at_the_perturbed_point():
     rho = 0.2
     w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
     opt = SAMOptimizer(torch.optim.SGD([w], lr=0.1), rho=rho)
@@ -106,8 +98,8 @@ def test_interval_rule(interval):
 
 
 def test_plain_steps_equal_the_base_optimizer():
-    """interval > 1: the non-SAM steps are exactly base-optimizer steps (and so is rho=0)."""
-    for kwargs in ({"interval": 1000}, {"rho": 0.0}):
+    """interval > 1: the non-SAM steps are exactly base-optimizer steps."""
+    for kwargs in ({"interval": 1000},):
         w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
         v = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
         sam = SAMOptimizer(torch.optim.SGD([w], lr=0.05, momentum=0.9), **kwargs)
@@ -142,7 +134,7 @@ def cnn_closure(model, opt, x, y, record=None):
     return closure
 
 
-def test_weights_restored_bitwise_before_the_base_step(perturbation_path):
+def test_weights_restored_bitwise_before_the_base_step():
     torch.manual_seed(1)
     model = small_cnn()
     x, y = torch.randn(6, 3, 8, 8), torch.randint(0, 5, (6,))
@@ -214,7 +206,7 @@ def manual_sam_step(model, base, x, y, rho, eps, autocast=False):
     ids=["sgd-momentum", "adamw"],
 )
 @pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
-def test_matches_reference_on_a_cnn(make_base, autocast, perturbation_path):
+def test_matches_reference_on_a_cnn(make_base, autocast):
     torch.manual_seed(3)
     model = small_cnn()
     twin = copy.deepcopy(model)
@@ -289,7 +281,7 @@ def test_grad_scaler_skips_the_step_on_inf(bad_pass):
     loss = opt.step(closure)
     scaler.update()
     assert torch.isfinite(loss)
-    assert len(passes) == bad_pass + 1  # an overflow in the first pass skips the second
+    assert len(passes) == 2  # both passes run: the flags stay on the device, never read
     for p, w in zip(model.parameters(), before, strict=True):
         assert torch.equal(p, w)
     assert len(base.state) == 0  # no momentum buffer: the base optimizer never stepped
@@ -438,8 +430,12 @@ def test_validation():
     sgd = torch.optim.SGD([w], lr=0.1)
     with pytest.raises(TypeError, match=r"base_optimizer must be a torch\.optim\.Optimizer"):
         SAMOptimizer([w])
-    with pytest.raises(ValueError, match=r"rho must be a finite number >= 0, got -0\.1"):
+    with pytest.raises(ValueError, match=r"rho must be greater than 0, got -0\.1"):
         SAMOptimizer(sgd, rho=-0.1)
+    with pytest.raises(ValueError, match="rho must be greater than 0, got 0"):  # the seed's rule
+        SAMOptimizer(sgd, rho=0)
+    with pytest.raises(ValueError, match="rho must be a finite number > 0, got inf"):
+        SAMOptimizer(sgd, rho=math.inf)
     with pytest.raises(ValueError, match="epsilon must be a finite number > 0, got 0"):
         SAMOptimizer(sgd, epsilon=0)
     with pytest.raises(ValueError, match="interval must be >= 1, got 0"):
@@ -460,3 +456,114 @@ def test_no_warnings_from_a_plain_loop():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         opt.step(regression_closure(w, opt))
+
+
+# --------------------------------------------------------------------------------------------
+# Non-finite gradients and the device rules (issues 12 and 13)
+# --------------------------------------------------------------------------------------------
+
+
+def test_one_inf_gradient_without_scaler_does_not_poison_every_weight():
+    """0·inf in the perturbation used to turn every weight into NaN; now the perturbation is
+    skipped and the step is the base optimizer's own step with that gradient."""
+    gen = torch.Generator().manual_seed(11)
+    model = small_cnn()
+    twin = copy.deepcopy(model)
+    x, y = torch.randn(4, 3, 8, 8, generator=gen), torch.randint(0, 5, (4,), generator=gen)
+    opt = SAMOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.05)
+    base = torch.optim.SGD(twin.parameters(), lr=0.1)
+    points = []
+
+    def closure_for(m, o, record=None):
+        def closure():
+            o.zero_grad()
+            loss = nn.functional.cross_entropy(m(x), y)
+            loss.backward()
+            m[0].weight.grad[0, 0, 0, 0] = float("inf")
+            if record is not None:
+                record.append([p.detach().clone() for p in m.parameters()])
+            return loss
+
+        return closure
+
+    opt.step(closure_for(model, opt, points))
+    base.step(closure_for(twin, base))
+    assert len(points) == 2
+    for first, second in zip(*points, strict=True):
+        assert torch.equal(first, second)  # no perturbation: the second pass ran at w
+    bad = model[0].weight[0, 0, 0, 0]
+    assert torch.isinf(bad)  # the base step with an inf gradient, as SGD alone would do
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p, q)
+    finite = [p for p in model.parameters() if p is not model[0].weight]
+    assert all(torch.isfinite(p).all() for p in finite)
+
+
+def test_steps_read_nothing_on_the_host():
+    from tests.devicecheck import no_host_reads
+
+    gen = torch.Generator().manual_seed(12)
+    model = small_cnn()
+    x, y = torch.randn(4, 3, 8, 8, generator=gen), torch.randint(0, 5, (4,), generator=gen)
+    for interval in (1, 2):
+        opt = SAMOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), interval=interval)
+        with no_host_reads():
+            for _ in range(3):
+                opt.step(cnn_closure(model, opt, x, y))
+        assert opt.global_step == 3
+
+
+@pytest.mark.parametrize("bad_pass", [None, 0, 1])
+def test_grad_scaler_with_a_fused_optimizer_skips_on_the_device(bad_pass):
+    """GradScaler + fused SGD: the found-inf flag goes to the fused step as ``found_inf``, so
+    an overflow skips the step with no host read at all."""
+    from tests.devicecheck import no_host_reads
+
+    gen = torch.Generator().manual_seed(13)
+    model = small_cnn()
+    twin = copy.deepcopy(model)
+    x, y = torch.randn(4, 3, 8, 8, generator=gen), torch.randint(0, 5, (4,), generator=gen)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    base = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=True)
+    opt = SAMOptimizer(base, grad_scaler=scaler)
+    passes = []
+
+    def closure():
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        if len(passes) == bad_pass:
+            model[0].weight.grad[0, 0, 0, 0] = float("inf")
+        passes.append(1)
+        return loss
+
+    before = [p.detach().clone() for p in model.parameters()]
+    with no_host_reads():
+        opt.step(closure)
+    scaler.update()
+    assert len(passes) == 2
+    if bad_pass is None:
+        reference = SAMOptimizer(torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9))
+        reference.step(cnn_closure(twin, reference, x, y))
+        for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+        assert scaler.get_scale() == 2.0**10
+    else:
+        for p, w in zip(model.parameters(), before, strict=True):
+            assert torch.equal(p, w)
+        assert scaler.get_scale() == 2.0**9
+
+
+def test_seed_parameters_and_defaults():
+    """The SAM seed's parameters by name, with its defaults (rho=0.05, epsilon=1e-12,
+    interval=1); 'interval: SAM will run once per interval steps'."""
+    import inspect
+
+    defaults = {name: p.default for name, p in inspect.signature(SAMOptimizer).parameters.items()}
+    assert (defaults["rho"], defaults["epsilon"], defaults["interval"]) == (0.05, 1e-12, 1)
+    w = nn.Parameter(torch.tensor(W0, dtype=torch.float64))
+    opt = SAMOptimizer(torch.optim.SGD([w], lr=0.05), rho=0.05, epsilon=1e-12, interval=2)
+    calls: list = []
+    for _ in range(4):
+        opt.step(regression_closure(w, opt, calls))
+    assert len(calls) == 6  # steps 2 and 4 run the closure twice
