@@ -96,7 +96,10 @@ class TestDevicesAndDtypes:
         def on_meta(module, index):
             return nn.Linear(2, 2, device="meta") if type(module) is nn.Linear else None
 
-        with pytest.raises(ValueError, match=r"replacement Linear for a Linear on cpu holds tensors on the meta device"):
+        with pytest.raises(
+            ValueError,
+            match=r"replacement Linear for a Linear on cpu holds tensors on the meta device",
+        ):
             replace_module_classes(model, {nn.Linear: on_meta})
         assert type(model[0]) is nn.Linear and model[0].weight.device.type == "cpu"
 
@@ -146,7 +149,7 @@ class TestRefusals:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch.jit.script is deprecated
             scripted = torch.jit.script(nn.Sequential(nn.Linear(2, 2), nn.ReLU()))
-        with pytest.raises(TypeError, match="TorchScript.*before scripting"):
+        with pytest.raises(TypeError, match=r"TorchScript.*before scripting"):
             replace_module_classes(scripted, {nn.ReLU: lambda m, i: nn.GELU()})
 
     def test_new_parameters_without_old_ones_have_no_group_to_join(self):
@@ -189,7 +192,9 @@ class TestModelsOfEveryShape:
         assert held_ids(opt) == [id(p) for p in model[0].parameters()]
         assert not opt.state  # the removed parameters' state left with them
         # layers no optimizer held stay out of it
-        assert all(id(p) not in held_ids(opt) for p in (*model[3].parameters(), *model[4].parameters()))
+        assert all(
+            id(p) not in held_ids(opt) for p in (*model[3].parameters(), *model[4].parameters())
+        )
 
     def test_same_replacement_object_for_several_modules(self):
         model = small_net()
