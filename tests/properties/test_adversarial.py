@@ -41,7 +41,64 @@ N_CLASSES = 4
 
 # --------------------------------------------------------------------------- known defects
 # case id -> reason. Strict xfails: delete the entry when the owner's fix is merged.
-KNOWN: dict[str, str] = {}
+_P5 = "issue 13 point 5 (integer wrap-around near the dtype's maximum, shared cast helper)"
+_P6 = "issue 13 point 6 (memory format: channels_last input, contiguous output)"
+_P7 = "issue 13 point 7 (late raw error instead of a clear one at entry)"
+_P8 = "issue 13 point 8"
+_CLIP = "functional/gradient_clipping.py (found by this file): "
+KNOWN: dict[str, str] = {
+    "mixup_batch-int32-max": f"{_P5}: mixup of a constant int32 max image wraps to int32 min",
+    "blur_2d-int32-max": f"{_P5}: blur_2d of int32 max returns negative (wrapped) values",
+    "blurmax_pool2d-int32-max": f"{_P5}: blurmax_pool2d of int32 max wraps",
+    "resize_inputs-int32-max": f"{_P5}: resize_inputs of int32 max wraps",
+    "cutout-per_sample-channels_last": f"{_P6}: cutout(per_sample=True)",
+    "colout_batch-channels_last": f"{_P6}: colout_batch",
+    "smooth_labels-channels_last": f"{_P6}: smooth_labels on (B, C, H, W) logits",
+    "cutmix_batch-subnormal-alpha": (
+        "functional/cutmix.py (found by this file; same root as issue 13 point 8): alpha=5e-324 "
+        "draws a NaN lambda and fails with the raw 'cannot convert float NaN to integer'"
+    ),
+    "gen_interpolation_lambda-subnormal-alpha": f"{_P8}: subnormal alpha returns NaN",
+    "select_using_loss-scale-to-zero-pixels": f"{_P7}: raw F.interpolate error after scoring",
+    "select_using_loss-mean-reduction-module": f"{_P7}: nn.CrossEntropyLoss() (mean) module",
+    "resize_inputs-huge-scale": f"{_P7}: scale_factor 1e6/1e12 reach the allocator",
+    "blurmax_pool2d-zero-channels": f"{_P7}: raw max_pool2d error on 0 channels",
+    "blurmax_pool2d-bool": f"{_P7}: bool input",
+    "blurmax_pool2d-uint8-strided": (
+        "functional/blurpool.py (found by this file): uint8/int8 input with non-dense "
+        "channels-last strides (x.contiguous(memory_format=torch.channels_last)[..., ::2]) hits "
+        "a torch max_pool2d kernel bug: RuntimeError 'Expected input_depth * input_height * "
+        "input_width <= numeric_limits<integer_t>::max()'; make such input dense first"
+    ),
+    "clipping-value-subnormal-none": _CLIP + "'value' with no gradients at all (first step, "
+    "frozen model) raises torch's raw foreach error 'Expected !nested_tensorlist[0].empty()'",
+    "clipping-value-small-none": _CLIP + "'value' with no gradients: raw foreach error",
+    "clipping-value-one-none": _CLIP + "'value' with no gradients: raw foreach error",
+    "clipping-value-huge-none": _CLIP + "'value' with no gradients: raw foreach error",
+    "clipping-value-huge-normal": _CLIP + "'value' with threshold 1e300 (beyond float32): raw "
+    "RuntimeError 'value cannot be converted to type float without overflow'",
+    "clipping-value-huge-zero": _CLIP + "'value' with threshold 1e300: raw overflow error",
+    "clipping-value-huge-huge": _CLIP + "'value' with threshold 1e300: raw overflow error",
+    "clipping-value-huge-empty-param": _CLIP + "'value' with threshold 1e300: raw overflow error",
+    "clipping-norm-huge-huge": _CLIP + "'norm' with threshold 1e300 (inf in float32) and "
+    "gradients whose norm overflows: inf/inf makes every gradient NaN",
+    "clipping-adaptive-huge-huge": _CLIP + "'adaptive' with threshold 1e300 and overflowing "
+    "gradient norms: NaN gradients",
+    "clipping-adaptive-subnormal-zero": _CLIP + "'adaptive' with threshold 5e-324 and zero "
+    "gradients: NaN gradients (0/0)",
+    "apply_se-frozen": "issue 13 point 4: SE blocks on a frozen backbone get trainable "
+    "parameters no optimizer holds, silently",
+    "apply_se-partial-optimizer": "issue 13 point 4: SE blocks on layers no optimizer holds: "
+    "silent orphan parameters",
+    "apply_factorization-frozen": "issue 13 point 3: factors of a frozen Linear are trainable "
+    "and held by no optimizer, silently",
+    "apply_factorization-partial-optimizer": "issue 13 points 3/4: factors of a layer no "
+    "optimizer holds: silent orphan parameters",
+    "apply_factorization-meta": f"{_P8}: apply_factorization fails on the meta device "
+    "(.item() on a meta tensor)",
+    "apply_blurpool-inference": "issue 13 point 1: blur filter cache under inference_mode "
+    "('Inference tensors do not track version counter') on 64x64 images",
+}
 
 
 def known(case_id: str):
@@ -62,7 +119,8 @@ def images(
     min_side: int = 1,
     max_side: int = 24,
 ) -> torch.Tensor:
-    """A (B, C, H, W) batch: any dtype, extreme values, any layout."""
+    """A (B, C, H, W) batch: any dtype, extreme values, any layout (C >= 1: zero channels are
+    a known defect of blurmax_pool2d, pinned in DEFECTS)."""
     b = draw(st.integers(min_batch, 5))
     c = draw(st.integers(1, 4))
     h = draw(st.integers(min_side, max_side))
@@ -150,18 +208,22 @@ def assert_image_out(out: torch.Tensor, x: torch.Tensor, *, keep_format: bool = 
             assert out.is_contiguous(memory_format=torch.channels_last), "channels_last lost"
 
 
-def assert_within(out: torch.Tensor, x: torch.Tensor) -> None:
-    """``out`` lies within [min x, max x] (a convex combination or a normalised blur of x)."""
+def assert_within(out: torch.Tensor, x: torch.Tensor, *, with_zero: bool = False) -> None:
+    """``out`` lies within [min x, max x] (a convex combination of x), widened to include 0
+    for ops that pad with zeros (a blur with non-negative taps summing to 1)."""
     if x.numel() == 0 or out.numel() == 0:
         return
     lo, hi = x.min(), x.max()
+    if with_zero:
+        lo, hi = torch.clamp(lo, max=0), torch.clamp(hi, min=0)
     if x.is_floating_point():
         if not (torch.isfinite(lo) and torch.isfinite(hi)):
             return
-        tol = (hi.double() - lo.double()).abs() * 8 * torch.finfo(x.dtype).eps
-        tol = tol + torch.finfo(x.dtype).tiny
-        assert out.double().min() >= lo.double() - tol, (out.min(), lo)
-        assert out.double().max() <= hi.double() + tol, (out.max(), hi)
+        lo, hi = lo.double(), hi.double()
+        # rounding: a few ulps of the largest magnitude involved
+        tol = 16 * torch.finfo(x.dtype).eps * torch.maximum(lo.abs(), hi.abs())
+        assert out.double().min() >= lo - tol, (out.min(), lo)
+        assert out.double().max() <= hi + tol, (out.max(), hi)
         assert torch.isfinite(out).all(), "finite input, non-finite output"
     else:
         assert out.min() >= lo and out.max() <= hi, (out.min(), out.max(), lo, hi)
@@ -173,11 +235,18 @@ def assert_within(out: torch.Tensor, x: torch.Tensor) -> None:
 @dataclass(frozen=True)
 class Op:
     name: str
-    # (x, draw, generator) -> (callable, argument names, within-range check?, keep format?)
+    # (x, draw, generator) -> (callable, argument names, range law: None | "convex" | "zero-padded")
     build: Callable
     dtypes: tuple[torch.dtype, ...] = FLOATS + INTS
     min_side: int = 1
     min_batch: int = 0
+    # Regions of a known defect (pinned by a strict xfail in DEFECTS below), left out here so
+    # that the property stays deterministic: integer values far beyond 0..255 (issue 13 point
+    # 5: wrap-around), channels_last outputs (point 6), zero channels (point 7), 8-bit input
+    # with non-dense strides (made dense first).
+    wraps_extreme_ints: bool = False
+    drops_channels_last: bool = False
+    fails_on_strided_bytes: bool = False  # uint8/int8 with non-dense strides
 
 
 def _mixup(x, draw, g):
@@ -191,17 +260,17 @@ def _mixup(x, draw, g):
     return (
         lambda: F.mixup_batch(x, y, lam, N_CLASSES, generator=g),
         ("x", "y", "interpolation_lambda", "n_classes", "indices"),
-        True,
+        "convex",
     )
 
 
 def _cutmix(x, draw, g):
-    alpha = draw(st.sampled_from([5e-324, 1e-3, 1.0, 1e3, 1e300]))
+    alpha = draw(st.sampled_from([1e-300, 1e-3, 1.0, 1e3, 1e300]))  # 5e-324: DEFECTS
     y = make_labels(x, draw(labels))
     return (
         lambda: F.cutmix_batch(x, y, N_CLASSES, alpha=alpha, generator=g),
         ("x", "y", "n_classes", "alpha", "bbox", "indices"),
-        True,
+        "convex",
     )
 
 
@@ -236,7 +305,7 @@ def _blur(x, draw, g):
         taps = torch.rand(kh, kw, generator=g, dtype=torch.float64) + 0.01
         taps = (taps / taps.sum()).to(x.dtype if x.is_floating_point() else torch.float32)
         filt = taps if kind == "2d" else taps.expand(x.shape[1], 1, kh, kw).clone()
-    return (lambda: F.blur_2d(x, stride, filt), ("input", "stride", "filter"), True)
+    return (lambda: F.blur_2d(x, stride, filt), ("input", "stride", "filter"), "zero-padded")
 
 
 def _blurmax(x, draw, g):
@@ -247,7 +316,7 @@ def _blurmax(x, draw, g):
     return (
         lambda: F.blurmax_pool2d(x, k, stride, padding, 1, ceil_mode),
         ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "filter"),
-        True,
+        "zero-padded",
     )
 
 
@@ -258,7 +327,7 @@ def _resize(x, draw, g):
     return (
         lambda: F.resize_inputs(x, y, scale, mode, generator=g)[0],
         ("X", "y", "scale_factor", "mode", "resize_targets"),
-        True,
+        "convex",
     )
 
 
@@ -281,9 +350,9 @@ class _Scorer(nn.Module):
 
 
 def _select(x, draw, g):
-    model = _Scorer(x.shape[1]).to(x.dtype)
+    model = _Scorer(x.shape[1]).to(x.dtype).eval()  # eval: batch 1 at 1x1 is valid
     keep = draw(st.sampled_from([5e-324, 0.25, 0.5, 1.0]))
-    scale = draw(st.sampled_from([0.01, 0.5, 1.0]))
+    scale = draw(st.sampled_from([0.5, 1.0]))  # scores on at least one pixel; 0 pixels: DEFECTS
     y = make_labels(x, "indices")
     return (
         lambda: F.select_using_loss(
@@ -295,16 +364,16 @@ def _select(x, draw, g):
 
 
 OPS = [
-    Op("mixup_batch", _mixup),
+    Op("mixup_batch", _mixup, wraps_extreme_ints=True),
     Op("cutmix_batch", _cutmix),
-    Op("cutout", _cutout),
-    Op("colout_batch", _colout_batch),
+    Op("cutout", _cutout, drops_channels_last=True),
+    Op("colout_batch", _colout_batch, drops_channels_last=True),
     Op("colout", _colout, min_batch=1),
-    Op("blur_2d", _blur),
-    Op("blurmax_pool2d", _blurmax),
-    Op("resize_inputs", _resize),
+    Op("blur_2d", _blur, wraps_extreme_ints=True),
+    Op("blurmax_pool2d", _blurmax, wraps_extreme_ints=True, fails_on_strided_bytes=True),
+    Op("resize_inputs", _resize, wraps_extreme_ints=True),
     Op("smooth_labels", _smooth, dtypes=FLOATS),
-    Op("select_using_loss", _select, dtypes=(torch.float32, torch.float64), min_batch=1),
+    Op("select_using_loss", _select, dtypes=(torch.float32, torch.float64), min_side=2),
 ]
 
 MODES = ["eager", "inference_mode"]
@@ -312,6 +381,15 @@ MODES = ["eager", "inference_mode"]
 
 def _check_op(op: Op, data: st.DataObject, mode: str) -> None:
     x = data.draw(images(dtypes=op.dtypes, min_side=op.min_side, min_batch=op.min_batch))
+    if op.fails_on_strided_bytes and x.dtype in (torch.uint8, torch.int8):
+        x = (
+            x.contiguous(
+                memory_format=torch.channels_last if x.dim() == 4 else torch.contiguous_format
+            )
+            if not (x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last))
+            else x
+        )
+    extreme_ints = not x.is_floating_point() and bool(x.numel() and (x.min() < 0 or x.max() > 255))
     g = torch.Generator().manual_seed(data.draw(st.integers(0, 2**31 - 1)))
     fn, names, within = op.build(x, data.draw, g)
     before = snapshot(x)
@@ -332,9 +410,9 @@ def _check_op(op: Op, data: st.DataObject, mode: str) -> None:
     if op.name == "colout":
         assert out.dtype == x.dtype and out.device == x.device
         return
-    assert_image_out(out, x)
-    if within:
-        assert_within(out, x)
+    assert_image_out(out, x, keep_format=not op.drops_channels_last)
+    if within and not (extreme_ints and op.wraps_extreme_ints):
+        assert_within(out, x, with_zero=within == "zero-padded")
 
 
 @pytest.mark.parametrize(
@@ -348,6 +426,145 @@ def _check_op(op: Op, data: st.DataObject, mode: str) -> None:
 @given(data=st.data())
 def test_tensor_op_contract(op: Op, mode: str, data: st.DataObject) -> None:
     _check_op(op, data, mode)
+
+
+# ----------------------------------------------------------------------- pinned defects
+# Deterministic cases of what the fuzzing above found (or would find) in a known region; each
+# states the contract it checks. Listed in KNOWN while the defect is open.
+
+INT32_MAX = torch.iinfo(torch.int32).max
+
+
+def _constant_int32_max(shape=(2, 3, 6, 7)) -> torch.Tensor:
+    return torch.full(shape, INT32_MAX, dtype=torch.int32)
+
+
+def _channels_last(shape=(3, 2, 8, 9)) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(0)
+    return torch.rand(shape, generator=gen).contiguous(memory_format=torch.channels_last)
+
+
+def _defect_mixup_int32_max():
+    x = _constant_int32_max()
+    out = F.mixup_batch(x, torch.arange(2), 0.3, 2)[0]
+    assert out.dtype == torch.int32 and torch.equal(out, x), out.unique()
+
+
+def _defect_blur_int32_max():
+    x = _constant_int32_max()
+    assert_within(F.blur_2d(x), x, with_zero=True)
+
+
+def _defect_blurmax_int32_max():
+    x = _constant_int32_max()
+    assert_within(F.blurmax_pool2d(x, 2), x, with_zero=True)
+
+
+def _defect_resize_int32_max():
+    x = _constant_int32_max((2, 3, 8, 8))
+    out = F.resize_inputs(x, torch.arange(2), 0.5)[0]
+    assert torch.equal(out, x[..., :4, :4]), out.unique()
+
+
+def _defect_cutout_per_sample_channels_last():
+    x = _channels_last()
+    out = F.cutout(x, 1, 3, per_sample=True, generator=torch.Generator().manual_seed(0))
+    assert out.is_contiguous(memory_format=torch.channels_last)
+
+
+def _defect_colout_batch_channels_last():
+    x = _channels_last()
+    out = F.colout_batch(x, 0.25, 0.25, generator=torch.Generator().manual_seed(0))
+    assert out.is_contiguous(memory_format=torch.channels_last)
+
+
+def _defect_smooth_labels_channels_last():
+    logits = _channels_last()  # (B, C, H, W) dense-prediction logits
+    out = F.smooth_labels(logits, torch.zeros(3, 8, 9, dtype=torch.long), 0.1)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+
+
+def _defect_cutmix_subnormal_alpha():
+    x = torch.rand(4, 3, 8, 8)
+    out = run_contract(
+        lambda: F.cutmix_batch(x, torch.arange(4), 4, alpha=5e-324), ("alpha", "x", "y")
+    )
+    if out is not None:
+        assert torch.isfinite(out[1]).all()
+
+
+def _defect_lambda_subnormal_alpha():
+    lam = F.gen_interpolation_lambda(5e-324, generator=torch.Generator().manual_seed(0))
+    assert 0.0 <= lam <= 1.0, lam
+
+
+def _defect_select_scale_to_zero_pixels():
+    model = _Scorer(3).eval()
+    calls = []
+    model.register_forward_hook(lambda m, a, o: calls.append(1))
+    x = torch.rand(4, 3, 10, 10)
+    with pytest.raises(ValueError, match="scale_factor"):
+        F.select_using_loss(x, torch.arange(4), model, nn.functional.cross_entropy, 0.5, 0.01)
+    assert not calls, "the check must come before the scoring pass"
+
+
+def _defect_select_mean_reduction_module():
+    model = _Scorer(3).eval()
+    with pytest.raises((ValueError, TypeError), match="loss_fun"):
+        F.select_using_loss(
+            torch.rand(4, 3, 6, 6), torch.arange(4), model, nn.CrossEntropyLoss(), 0.5
+        )
+
+
+def _defect_resize_huge_scale():
+    for scale in (1e6, 1e12):
+        with pytest.raises(ValueError, match="scale_factor"):
+            F.resize_inputs(torch.rand(1, 1, 4, 4), torch.arange(1), scale)
+
+
+def _defect_blurmax_zero_channels():
+    x = torch.rand(2, 0, 8, 8)
+    out = run_contract(lambda: F.blurmax_pool2d(x, 2), ("input",))
+    if out is not None:
+        assert out.shape == (2, 0, 4, 4)
+
+
+def _defect_blurmax_bool():
+    x = torch.rand(2, 1, 8, 8) > 0.5
+    out = run_contract(lambda: F.blurmax_pool2d(x, 2), ("input",))
+    if out is not None:
+        assert out.dtype == torch.bool
+
+
+def _defect_blurmax_uint8_strided():
+    base = torch.randint(0, 256, (1, 2, 20, 40), dtype=torch.uint8)
+    x = base.contiguous(memory_format=torch.channels_last)[..., ::2]
+    out = F.blurmax_pool2d(x, 1, 1, 0, 1, True)
+    assert out.dtype == torch.uint8 and out.shape == x.shape
+
+
+DEFECTS = {
+    "mixup_batch-int32-max": _defect_mixup_int32_max,
+    "blur_2d-int32-max": _defect_blur_int32_max,
+    "blurmax_pool2d-int32-max": _defect_blurmax_int32_max,
+    "resize_inputs-int32-max": _defect_resize_int32_max,
+    "cutout-per_sample-channels_last": _defect_cutout_per_sample_channels_last,
+    "colout_batch-channels_last": _defect_colout_batch_channels_last,
+    "smooth_labels-channels_last": _defect_smooth_labels_channels_last,
+    "cutmix_batch-subnormal-alpha": _defect_cutmix_subnormal_alpha,
+    "gen_interpolation_lambda-subnormal-alpha": _defect_lambda_subnormal_alpha,
+    "select_using_loss-scale-to-zero-pixels": _defect_select_scale_to_zero_pixels,
+    "select_using_loss-mean-reduction-module": _defect_select_mean_reduction_module,
+    "resize_inputs-huge-scale": _defect_resize_huge_scale,
+    "blurmax_pool2d-zero-channels": _defect_blurmax_zero_channels,
+    "blurmax_pool2d-bool": _defect_blurmax_bool,
+    "blurmax_pool2d-uint8-strided": _defect_blurmax_uint8_strided,
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, id=n, marks=known(n)) for n in DEFECTS])
+def test_pinned_cases(name: str) -> None:
+    DEFECTS[name]()
 
 
 # ----------------------------------------------------------------------- meta device
@@ -380,7 +597,7 @@ def test_tensor_ops_on_the_meta_device(name: str) -> None:
 # ----------------------------------------------------------------------- scalar functions
 
 
-@given(alpha=st.one_of(st.sampled_from([5e-324, 1e-310, 1e-300, 1e300]), st.floats(1e-6, 1e6)))
+@given(alpha=st.one_of(st.sampled_from([1e-300, 1e-30, 1e300]), st.floats(1e-6, 1e6)))
 def test_gen_interpolation_lambda_is_a_number_in_the_unit_interval(alpha: float) -> None:
     g = torch.Generator().manual_seed(0)
     lam = run_contract(lambda: F.gen_interpolation_lambda(alpha, generator=g), ("alpha",))
