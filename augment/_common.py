@@ -99,6 +99,11 @@ def as_pil(img: object, name: str = "img") -> tuple[Image.Image, _TensorKind | N
             )
         if img.shape[1] == 0 or img.shape[2] == 0:
             raise ValueError(f"{name} must not be empty, got shape {tuple(img.shape)}")
+        if img.is_meta:
+            raise ValueError(
+                f"{name} is on the meta device, which holds no pixel values to augment; "
+                "pass a tensor with data (CPU or accelerator)"
+            )
         arr = img.detach().cpu().permute(1, 2, 0).numpy()
         arr = np.ascontiguousarray(arr[:, :, 0] if img.shape[0] == 1 else arr)
         return Image.fromarray(arr), _TensorKind(img.device)
@@ -270,8 +275,17 @@ class RngStream:
         return f"numpy.random.Generator({type(self.rng.bit_generator).__name__})"
 
 
+# Beyond this concentration a Gamma(alpha) draw is alpha within a relative 1/sqrt(alpha) < 1e-8,
+# finer than the float32 mix resolves: the Dirichlet and Beta draws are their limits (even
+# weights, one half). Python's gammavariate also never returns for alpha near the float maximum
+# (2·alpha - 1 overflows to inf and its acceptance test compares NaN).
+_ALPHA_LIMIT = 1e16
+
+
 def dirichlet(src: random.Random, alpha: float, k: int) -> list[float]:
     """``k`` weights from a symmetric Dirichlet(alpha) (normalised Gamma(alpha) draws)."""
+    if alpha > _ALPHA_LIMIT:
+        return [1.0 / k] * k
     g = [src.gammavariate(alpha, 1.0) for _ in range(k)]
     total = math.fsum(g)
     if total == 0.0:  # every draw underflowed (tiny alpha): the alpha -> 0 limit, one vertex
@@ -283,6 +297,8 @@ def dirichlet(src: random.Random, alpha: float, k: int) -> list[float]:
 
 def beta(src: random.Random, alpha: float) -> float:
     """One draw from the symmetric Beta(alpha, alpha)."""
+    if alpha > _ALPHA_LIMIT:
+        return 0.5
     x, y = src.gammavariate(alpha, 1.0), src.gammavariate(alpha, 1.0)
     if x + y == 0.0:  # both underflowed: alpha -> 0 limit puts mass 1/2 on each end
         return float(src.random() < 0.5)

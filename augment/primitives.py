@@ -663,10 +663,16 @@ class _UserOp:
 
     def __call__(self, img: Image.Image, level: float, src: random.Random) -> Image.Image:
         out = self.op(img, level)
+        name = getattr(self.op, "__name__", self.op)
         if not isinstance(out, Image.Image):
             raise TypeError(
-                f"augmentation_set op {getattr(self.op, '__name__', self.op)!r} must return a "
-                f"PIL image, got {type(out).__name__}"
+                f"augmentation_set op {name!r} must return a PIL image, got {type(out).__name__}"
+            )
+        if out.size != img.size or out.mode != img.mode:
+            raise ValueError(
+                f"augmentation_set op {name!r} must keep the image's size and mode, got size "
+                f"{out.size} and mode {out.mode!r} for an image of size {img.size} and mode "
+                f"{img.mode!r} (every op must keep the size and mode)"
             )
         return out
 

@@ -15,9 +15,18 @@ Also available with ``--recipe``: ``mixup``, ``cutmix``, ``progressive_resizing`
 and ``channels_last``. (On these tiny upsampled digits, progressive resizing and CutMix cost
 more accuracy than they save time; BlurPool adds accuracy but also time.)
 
-It prints a table (wall-clock training time, images per second, final accuracy, time to reach
-the baseline's final accuracy) and writes a plot of test accuracy against wall-clock time.
-Evaluation is not counted in the wall-clock time.
+It prints a table and writes a plot of test accuracy against training time. The columns:
+
+- ``training time (s)``: wall-clock time of the training steps only (data selection, forward,
+  backward, optimizer, EMA, schedules); the periodic evaluation passes are excluded, since a
+  real run evaluates far less often than this demo does to draw its curve;
+- ``total wall-clock (s)``: the whole run, from moving the data to the device and building
+  the model to the last evaluation, evaluation passes included;
+- ``images/s``: training images drawn per second of training time;
+- ``final accuracy`` and the training time at which the baseline's final accuracy was reached.
+
+On an accelerator the clock is read after ``torch.cuda.synchronize()``, so queued kernels are
+counted in the step that launched them.
 """
 
 from __future__ import annotations
@@ -107,10 +116,11 @@ def random_shift(x: torch.Tensor, generator: torch.Generator, pad: int = 2) -> t
 @dataclass
 class RunResult:
     name: str
-    seconds: list[float] = field(default_factory=list)  # training wall-clock at each evaluation
+    seconds: list[float] = field(default_factory=list)  # training time at each evaluation
     accuracy: list[float] = field(default_factory=list)
     images: int = 0
-    train_seconds: float = 0.0
+    train_seconds: float = 0.0  # the training steps only
+    total_seconds: float = 0.0  # the whole run, evaluation passes included
 
     @property
     def final_accuracy(self) -> float:
@@ -157,6 +167,9 @@ def train(
 ) -> RunResult:
     from tqdm.auto import tqdm
 
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    sync()
+    run_start = time.perf_counter()
     x_train, y_train, x_test, y_test = (t.to(device) for t in data)
     torch.manual_seed(seed)
     model = small_cnn().to(device)
@@ -186,6 +199,7 @@ def train(
     for _epoch in range(run_epochs):
         order = torch.randperm(len(y_train), generator=gen).to(device)
         for batch_idx in range(steps_per_epoch):
+            sync()
             start = time.perf_counter()
             idx = order[batch_idx * batch_size : (batch_idx + 1) * batch_size]
             x, y = random_shift(x_train[idx], gen), y_train[idx]
@@ -220,6 +234,7 @@ def train(
                 F.compute_ema(model, ema_model, smoothing=smoothing)
             result.images += len(idx)  # images drawn from the data, before any selection
             step += 1
+            sync()
             elapsed += time.perf_counter() - start
             bar.update(1)
             if step % eval_every == 0 or step == total_steps:
@@ -228,6 +243,8 @@ def train(
                 bar.set_postfix(acc=f"{result.accuracy[-1]:.3f}")
     bar.close()
     result.train_seconds = elapsed
+    sync()
+    result.total_seconds = time.perf_counter() - run_start
     return result
 
 
@@ -245,21 +262,34 @@ def report(baseline: RunResult, recipe_run: RunResult) -> str:
             [
                 run.name,
                 f"{run.train_seconds:.1f}",
+                f"{run.total_seconds:.1f}",
                 f"{run.images / run.train_seconds:,.0f}",
                 f"{run.final_accuracy:.4f}",
                 "not reached" if reach is None else f"{reach:.1f}",
             ]
         )
-    header = ["run", "wall-clock (s)", "images/s", "final accuracy", f"time to {target:.4f} (s)"]
+    header = [
+        "run",
+        "training time (s)",
+        "total wall-clock (s)",
+        "images/s",
+        "final accuracy",
+        f"training time to {target:.4f} (s)",
+    ]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     lines = [" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     lines.append("-+-".join("-" * w for w in widths))
     lines += [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    lines.append(
+        "\ntraining time: the training steps only; total wall-clock: the whole run, including "
+        f"the {len(baseline.accuracy)} + {len(recipe_run.accuracy)} evaluation passes that draw "
+        "the accuracy curves."
+    )
     base_t, rec_t = baseline.time_to(target), recipe_run.time_to(target)
     if base_t is not None and rec_t is not None:
         lines.append(
             f"\nThe recipe reached the baseline's final accuracy {base_t / rec_t:.2f}x sooner "
-            f"({rec_t:.1f} s vs {base_t:.1f} s)."
+            f"({rec_t:.1f} s vs {base_t:.1f} s of training time)."
         )
     else:
         lines.append("\nThe recipe did not reach the baseline's final accuracy in this run.")
@@ -278,7 +308,7 @@ def plot(baseline: RunResult, recipe_run: RunResult, path: Path) -> None:
     ax.axhline(
         baseline.final_accuracy, color="grey", linestyle="--", linewidth=1, label="baseline final"
     )
-    ax.set_xlabel("training wall-clock (s)")
+    ax.set_xlabel("training time (s), evaluation passes excluded")
     ax.set_ylabel("test accuracy")
     ax.set_title("sklearn digits, upsampled to 32x32: test accuracy against training time")
     lows = [a for run in (baseline, recipe_run) for a in run.accuracy]

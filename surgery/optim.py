@@ -43,6 +43,11 @@ def update_params_in_optimizer(
         new_params: the parameters that take their place (may include some of ``old_params``).
         optimizers: one optimizer, a sequence of optimizers, or ``None`` (nothing to do).
 
+    Raises:
+        TypeError: arguments of the wrong type.
+        ValueError: new parameters but no old ones (they would have no group to join), or a
+            new parameter that is not a leaf tensor.
+
     Example:
         >>> import torch
         >>> old, new = torch.nn.Linear(2, 2), torch.nn.Linear(2, 3)
@@ -54,6 +59,11 @@ def update_params_in_optimizer(
     old = _check_params(old_params, "old_params")
     new = _check_params(new_params, "new_params")
     opts = as_optimizer_list(optimizers)
+    if not old and new:
+        raise ValueError(
+            f"old_params is empty, so the {len(new)} new parameter(s) have no param group to "
+            "join; add them with optimizer.add_param_group({'params': [...]}) instead"
+        )
     new_ids = {id(p) for p in new}
     removed = {id(p) for p in old if id(p) not in new_ids}
     for opt in opts:

@@ -98,9 +98,15 @@ def replace_module_classes(
     Returns:
         ``{old_module: new_module}`` for every replacement, in traversal order.
 
+    All policies run before anything is installed: when one raises, or a replacement is
+    refused, the model, its hooks and the optimizers are left exactly as they were.
+
     Raises:
-        TypeError: for a wrapped model, a malformed policy mapping, or a policy that returns
-            something other than an ``nn.Module`` or ``None``.
+        TypeError: for a wrapped model (DDP, FSDP, ``torch.compile``, TorchScript), a malformed
+            policy mapping, or a policy that returns something other than an ``nn.Module`` or
+            ``None``.
+        ValueError: for a replacement holding meta-device tensors (no data) for a module that
+            has data, or backward hooks of both kinds (full and legacy) on one module.
 
     Example:
         >>> from torch import nn
@@ -122,6 +128,9 @@ def replace_module_classes(
     replaced: dict[nn.Module, nn.Module] = {}
     decision: dict[int, nn.Module | None] = {id(model): None}
     fallback = _LazyReference(model)
+    # Nothing is installed until every policy has run: a policy that raises (or returns
+    # something that is not a module) leaves the model, its hooks and the optimizers untouched.
+    installs: list[tuple[nn.Module, str, nn.Module]] = []
 
     # Iterative pre-order walk: a stack of (parent, iterator over its children).
     stack: list[tuple[nn.Module, Iterator[tuple[str, nn.Module | None]]]] = [
@@ -141,8 +150,8 @@ def replace_module_classes(
         key = id(child)
         if key in decision:  # seen before: shared module, or an original inside its replacement
             new = decision[key]
-            if new is not None and id(new) not in on_path and not dry_run:
-                parent._modules[name] = new
+            if new is not None and id(new) not in on_path:
+                installs.append((parent, name, new))
             continue
         new = _first_replacement(child, policy_items, indices, exact_type)
         decision[key] = new
@@ -151,15 +160,24 @@ def replace_module_classes(
         else:
             replaced[child] = new
             decision.setdefault(id(new), None)
-            if not dry_run:
-                _adopt(child, new, fallback)
-                parent._modules[name] = new
+            installs.append((parent, name, new))
             descend = new if recurse_on_replacements else None
         if descend is not None and descend._modules:
             stack.append((descend, iter(list(descend._modules.items()))))
             on_path.add(id(descend))
 
-    if replaced and opts and not dry_run:
+    if dry_run or not replaced:
+        return replaced
+    # Check everything that can be refused before changing anything, then commit.
+    moves = [_plan_move(old, new, fallback) for old, new in replaced.items()]
+    for old, new in replaced.items():
+        _check_backward_hooks(old, new)
+    for (old, new), move in zip(replaced.items(), moves, strict=True):
+        _adopt(old, new, move)
+    for parent, name, new in installs:
+        parent._modules[name] = new
+
+    if opts:
         model_params = {id(p) for p in model.parameters()}
         pairs = [(list(old.parameters()), list(new.parameters())) for old, new in replaced.items()]
         removed = {id(p) for old_params, _ in pairs for p in old_params} - model_params
@@ -196,6 +214,11 @@ def check_unwrapped(model: nn.Module) -> None:
     """Raise ``TypeError`` when ``model`` (or a submodule) is wrapped by DDP, FSDP or torch.compile."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if isinstance(model, torch.jit.ScriptModule):
+        raise TypeError(
+            "model surgery cannot operate on a TorchScript module (torch.jit.script or "
+            "torch.jit.trace); apply the transform to the Python module before scripting"
+        )
     for module in model.modules():
         wrapper = _wrapper_kind(type(module))
         if wrapper is not None:
@@ -289,22 +312,71 @@ def _tensors(module: nn.Module) -> Iterator[torch.Tensor]:
     yield from module.buffers()
 
 
-def _adopt(old: nn.Module, new: nn.Module, fallback: _LazyReference) -> None:
-    """Give ``new`` the place of ``old``: device, floating dtype, train/eval mode and hooks."""
-    reference = _first_tensor(old)
-    if reference is None:
-        reference = fallback.get()
-    if reference is not None:
-        device = reference.device
-        dtype = reference.dtype if reference.is_floating_point() else None
-        needs_move = any(
-            t.device != device or (dtype is not None and t.is_floating_point() and t.dtype != dtype)
-            for t in _tensors(new)
+_Move = tuple[torch.device, "torch.dtype | None"] | None
+
+
+def _plan_move(old: nn.Module, new: nn.Module, fallback: _LazyReference) -> _Move:
+    """Where ``new`` must go: ``old``'s device and floating dtype (the model's first floating
+    tensor stands in for what ``old`` lacks). ``None`` when nothing has to move.
+
+    Raises ``ValueError`` for a replacement holding meta tensors (no data) for a real module.
+    """
+    own = _first_tensor(old)
+    device = own.device if own is not None else None
+    dtype = own.dtype if own is not None and own.is_floating_point() else None
+    if device is None or dtype is None:
+        model_ref = fallback.get()
+        if model_ref is not None:
+            device = device if device is not None else model_ref.device
+            if dtype is None and model_ref.is_floating_point():
+                dtype = model_ref.dtype
+    if device is None:
+        return None
+    needs_move = False
+    for t in _tensors(new):
+        if t.device != device:
+            if t.is_meta:
+                raise ValueError(
+                    f"the replacement {type(new).__name__} for a {type(old).__name__} on "
+                    f"{device} holds tensors on the meta device, which have no data to move; "
+                    "build the replacement's new tensors on the replaced module's device (or "
+                    "reuse its parameters), or call model.to_empty(device=...) afterwards"
+                )
+            needs_move = True
+        elif dtype is not None and t.is_floating_point() and t.dtype != dtype:
+            needs_move = True
+    return (device, dtype) if needs_move else None
+
+
+def _check_backward_hooks(old: nn.Module, new: nn.Module) -> None:
+    """Torch runs a module's backward hooks either all as full or all as legacy hooks."""
+    old_kind = getattr(old, "_is_full_backward_hook", None)
+    new_kind = getattr(new, "_is_full_backward_hook", None)
+    if old._backward_hooks and new._backward_hooks and old_kind != new_kind:
+        raise ValueError(
+            f"cannot move the backward hooks of a {type(old).__name__} to its replacement "
+            f"{type(new).__name__}: one has full backward hooks (register_full_backward_hook), "
+            "the other legacy ones (register_backward_hook), and torch cannot run both on one "
+            "module; register the same kind on both"
         )
-        if needs_move:
-            new.to(device=device, dtype=dtype) if dtype is not None else new.to(device=device)
+
+
+def _adopt(old: nn.Module, new: nn.Module, move: _Move) -> None:
+    """Give ``new`` the place of ``old``: device, floating dtype, train/eval mode and hooks."""
+    if move is not None:
+        device, dtype = move
+
+        def convert(t: torch.Tensor) -> torch.Tensor:
+            # floating tensors take the dtype; integer, bool and complex tensors keep theirs
+            # (Module.to(dtype) would cast complex tensors to real, dropping imaginary parts)
+            return t.to(device=device, dtype=dtype if t.is_floating_point() else None)
+
+        new._apply(convert)
     if new.training != old.training:
         new.train(old.training)
+    if old._backward_hooks and getattr(old, "_is_full_backward_hook", None) is not None:
+        # whether the backward hooks are full or legacy ones is a flag on the module
+        new._is_full_backward_hook = old._is_full_backward_hook
     for attr in _HOOK_DICTS:
         old_hooks = getattr(old, attr, None)
         if not old_hooks:

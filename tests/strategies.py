@@ -16,6 +16,7 @@ from torch import nn
 __all__ = [
     "ModuleTree",
     "Residual",
+    "calibrate_batchnorm",
     "dtypes",
     "image_batches",
     "module_trees",
@@ -106,6 +107,27 @@ def module_trees(draw: st.DrawFn, max_leaves: int = 12) -> ModuleTree:
     if not isinstance(model, nn.Sequential):
         model = nn.Sequential(model)
     return ModuleTree(model=model, channels=channels, width=width)
+
+
+@torch.no_grad()
+def calibrate_batchnorm(model: nn.Module, x: torch.Tensor) -> nn.Module:
+    """Put a random-init model in a well-defined numeric regime: set every BatchNorm's running
+    statistics to those of ``x`` (one pass, cumulative average), then switch to eval mode.
+
+    A random-init deep network evaluated with the default statistics (mean 0, variance 1)
+    amplifies activations layer after layer; on some CPUs and kernel libraries that overflows
+    to inf/NaN. With calibrated statistics every normalised activation has unit scale.
+    """
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    saved = [m.momentum for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average: after one batch, exactly its statistics
+    model.train()
+    model(x)
+    for m, momentum in zip(norms, saved, strict=True):
+        m.momentum = momentum
+    return model.eval()
 
 
 spatial_sizes = st.integers(min_value=1, max_value=40)
