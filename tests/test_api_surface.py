@@ -54,6 +54,8 @@ EXTENSIONS = {
         # registries and ALiBi building blocks
         "STOCHASTIC_BLOCKS", "register_stochastic_block", "register_alibi", "unregister_alibi",
         "alibi_registry", "AlibiContext", "AlibiBias", "alibi_bias", "alibi_slopes",
+        # stochastic depth's drop_warmup (issue 14): a schedule and a per-step setter
+        "stochastic_depth_drop_rate", "set_stochastic_depth_drop_rate",
     ],
     "augment": ["color_original", "contrast_original", "brightness_original", "sharpness_original"],
 }
