@@ -5,12 +5,18 @@ The stochastic blocks subclass the blocks they replace (torchvision's ``Bottlene
 ``1 / (1 - p)`` while training (inverted scaling), so evaluation computes exactly what the
 unmodified model computes.
 
-``'block'`` decisions are drawn on the host, from a CPU generator the transform gives the
-model, before the branch runs: a dropped branch is not computed at all (that is the speed-up),
-and no decision ever waits for the device. ``'sample'`` decisions are a per-sample mask drawn
-on the activations' device, so no block synchronises with the host either. Under
-``DistributedDataParallel``, ``'block'`` needs ``find_unused_parameters=True`` (a dropped
-branch's parameters get no gradient in that step); ``'sample'`` does not.
+In eager mode, ``'block'`` decisions are drawn on the host, from a CPU generator the transform
+gives the model, before the branch runs: a dropped branch is not computed at all (that is the
+speed-up), and no decision ever waits for the device. Under ``torch.compile`` (or with
+``skip_dropped=False``) the decision is a 0-d device tensor multiplying the branch, so the one
+compiled graph draws fresh decisions at every step. ``'sample'`` decisions are a per-sample
+mask drawn on the activations' device, so no block synchronises with the host either. Under
+``DistributedDataParallel``, eager ``'block'`` needs ``find_unused_parameters=True`` (a dropped
+branch's parameters get no gradient in that step); the device paths do not.
+
+The drop rate of each block is also held in a 0-d int64 buffer, read by compiled graphs, so
+:func:`set_stochastic_depth_drop_rate` (with the schedule :func:`stochastic_depth_drop_rate`,
+the seed's ``drop_warmup``) changes it without recompiling.
 
 Other residual blocks plug in through :func:`register_stochastic_block`.
 """
@@ -492,8 +498,11 @@ def apply_stochastic_depth(
       graph is one graph for every draw and every rate (no break, no recompile), all
       parameters get a (zero) gradient, and nothing depends on host values (CUDA graphs).
 
-    A host decision cannot be traced: compiled, it would be drawn once and replayed at every
-    step. Use the default in eager training (the saving grows with ``drop_rate``); under
+    The two paths differ only in what a dropped branch leaves behind: skipped, its BatchNorm
+    statistics are not updated and its parameters get no gradient (``None``: momentum and
+    weight decay skip them that step); multiplied by 0, its statistics are updated and its
+    gradients are zero. A host decision cannot be traced: compiled, it would be drawn once and
+    replayed at every step. Use the default in eager training (the saving grows with ``drop_rate``); under
     ``torch.compile`` the device decision is used whatever ``skip_dropped`` says (measured on
     a CPU ResNet in ``benchmarks/models.py``). Compiled draws come from torch's default
     generator of the device (dynamo cannot trace a ``torch.Generator``), not from ``seed``.
