@@ -37,6 +37,7 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 
 Taps = tuple[float, ...] | tuple[torch.Tensor, ...]
+Grid = tuple[tuple[torch.Tensor, ...], ...]
 
 # The default low-pass filter [1 2 1]ᵀ[1 2 1] / 16 as a pair of 1-D taps.
 _DEFAULT_TAPS: Taps = (0.25, 0.5, 0.25)
@@ -122,10 +123,59 @@ def _shift_add(src: torch.Tensor, dim: int, taps: Taps, pad: int, stride: int, o
             along(out, slice(first, last + 1)).addcmul_(source, tap)
 
 
+def _valid_range(offset: int, stride: int, n_in: int, n_out: int) -> tuple[int, int] | None:
+    """Outputs ``[first, last]`` whose input ``i·stride + offset`` lies inside ``[0, n_in)``."""
+    first = max(0, -(offset // stride))  # ceil(-offset / stride)
+    last = min(n_out - 1, (n_in - 1 - offset) // stride)
+    return None if last < first else (first, last)
+
+
+def _correlate_2d(
+    src: torch.Tensor,
+    grid: Grid,
+    pads: tuple[int, int],
+    stride: tuple[int, int],
+    out: torch.Tensor,
+) -> None:
+    """``out[..., i, j] = Σ_{u,v} grid[u][v] · src[..., i·s_h + u - p_h, j·s_w + v - p_w]``
+    (zeros outside ``src``): a general (non-separable) filter, one ``addcmul_`` per tap.
+
+    Each tap is a 0-d tensor (one filter for every channel) or a ``(C, 1, 1)`` tensor (one per
+    channel, ``src`` then ``(b, C, H, W)``); the values are never read on the host.
+    """
+    n_h, n_w = src.shape[-2:]
+    out.zero_()
+    for u, taps in enumerate(grid):
+        rows = _valid_range(u - pads[0], stride[0], n_h, out.shape[-2])
+        if rows is None:
+            continue
+        r0, r1 = rows
+        src_rows = slice(r0 * stride[0] + u - pads[0], r1 * stride[0] + u - pads[0] + 1, stride[0])
+        for v, tap in enumerate(taps):
+            cols = _valid_range(v - pads[1], stride[1], n_w, out.shape[-1])
+            if cols is None:
+                continue
+            c0, c1 = cols
+            src_cols = slice(
+                c0 * stride[1] + v - pads[1], c1 * stride[1] + v - pads[1] + 1, stride[1]
+            )
+            out[..., r0 : r1 + 1, c0 : c1 + 1].addcmul_(src[..., src_rows, src_cols], tap)
+
+
 def _blur_planes_cpu(
-    x: torch.Tensor, col: Taps, row: Taps, pads: tuple[int, int], stride: tuple[int, int]
+    x: torch.Tensor,
+    col: Taps | None,
+    row: Taps | None,
+    pads: tuple[int, int],
+    stride: tuple[int, int],
+    grid: Grid | None = None,
+    per_channel: bool = False,
 ) -> torch.Tensor:
-    """The separable blur of a 4-D CPU tensor, cache-blocked; no autograd.
+    """The blur of a 4-D CPU tensor, cache-blocked; no autograd.
+
+    With ``col`` and ``row``: the separable filter ``outer(col, row)`` in two shift-and-add
+    passes. With ``grid`` (``col``/``row`` ``None``): a general filter, one pass of
+    ``kH·kW`` multiply-adds (``per_channel``: the taps are ``(C, 1, 1)``).
 
     Works through the input a few planes at a time so that the column pass's result is still in
     cache when the row pass reads it. Contiguous float32/float64 planes are read in place and
@@ -140,7 +190,7 @@ def _blur_planes_cpu(
     if out.numel() == 0:
         return out
     work = _work_dtype(x.dtype)
-    if x.is_contiguous():  # chunks of planes
+    if x.is_contiguous() and not per_channel:  # chunks of planes
         source = x.view(batch * channels, height, width)
         target = out.view(batch * channels, out_h, out_w)
         per_item = 1
@@ -151,14 +201,21 @@ def _blur_planes_cpu(
     step = min(source.shape[0], max(1, _CHUNK_BYTES // (plane_bytes * per_item)))
     planes = step * per_item
     staged = None if direct else torch.empty((planes, height, width), dtype=work)
-    middle = torch.empty((planes, out_h, width), dtype=work)
+    middle = None if grid is not None else torch.empty((planes, out_h, width), dtype=work)
     final = None if direct else torch.empty((planes, out_h, out_w), dtype=work)
     for begin in range(0, source.shape[0], step):
         chunk, dst = source[begin : begin + step], target[begin : begin + step]
         n = chunk.shape[0] * per_item
         if staged is not None:
             staged[:n].view(chunk.shape).copy_(chunk)
-            chunk = staged[:n]
+            chunk = staged[:n] if grid is None else staged[:n].view(chunk.shape)
+        if grid is not None:
+            into = dst if final is None else final[:n].view(dst.shape)
+            _correlate_2d(chunk, grid, pads, stride, into)
+            if final is not None:
+                dst.copy_(cast_result(into, x.dtype))
+            continue
+        assert col is not None and row is not None and middle is not None
         _shift_add(chunk, 1, col, pads[0], stride[0], middle[:n])
         if final is None:
             _shift_add(middle[:n], 2, row, pads[1], stride[1], dst)
@@ -173,24 +230,27 @@ class _SeparableBlur(torch.autograd.Function):
     correlation, with the flipped taps, of the zero-upsampled output gradient."""
 
     @staticmethod
-    def forward(ctx, x, col, row, pads, stride):  # type: ignore[override]
-        ctx.geometry = (col, row, pads, stride, x.shape[-2:])
-        return _blur_planes_cpu(x, col, row, pads, stride)
+    def forward(ctx, x, col, row, pads, stride, grid=None, per_channel=False):  # type: ignore[override]
+        ctx.geometry = (col, row, pads, stride, x.shape[-2:], grid, per_channel)
+        return _blur_planes_cpu(x, col, row, pads, stride, grid, per_channel)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        col, row, pads, stride, (height, width) = ctx.geometry
+        col, row, pads, stride, (height, width), grid, per_channel = ctx.geometry
         if stride != (1, 1):
             spread = grad.new_zeros((*grad.shape[:2], height, width))
             spread[..., :: stride[0], :: stride[1]] = grad
             grad = spread
-        flipped = (
-            col[::-1],
-            row[::-1],
-            (len(col) - 1 - pads[0], len(row) - 1 - pads[1]),
-            (1, 1),
-        )
-        return _SeparableBlur.apply(grad, *flipped), None, None, None, None
+        if grid is None:
+            k_h, k_w = len(col), len(row)
+            flipped = (col[::-1], row[::-1], None)
+        else:
+            k_h, k_w = len(grid), len(grid[0])
+            flipped = (None, None, tuple(taps[::-1] for taps in grid[::-1]))
+        back_pads = (k_h - 1 - pads[0], k_w - 1 - pads[1])
+        col_f, row_f, grid_f = flipped
+        out = _SeparableBlur.apply(grad, col_f, row_f, back_pads, (1, 1), grid_f, per_channel)
+        return out, None, None, None, None, None, None
 
 
 def _blur_conv(input: torch.Tensor, filt: torch.Tensor, strides: tuple[int, int]):
@@ -223,6 +283,23 @@ def _use_cpu_kernel(input: torch.Tensor) -> bool:
         and not torch.compiler.is_compiling()
         and input.shape[-2] * input.shape[-1] >= _MIN_SEPARABLE_PLANE
     )
+
+
+def _grid_blur(input: torch.Tensor, filt: torch.Tensor, strides: tuple[int, int]) -> torch.Tensor:
+    """A given ``(1 or C, 1, kH, kW)`` filter with the CPU kernel, its taps passed as tensors
+    (0-d, or ``(C, 1, 1)`` per channel): never read on the host, so never stale."""
+    k_h, k_w = filt.shape[-2:]
+    per_channel = filt.shape[0] > 1
+    taps = filt.detach().to(_work_dtype(input.dtype))
+    if per_channel:
+        grid = tuple(tuple(taps[:, 0, u, v].view(-1, 1, 1) for v in range(k_w)) for u in range(k_h))
+    else:
+        grid = tuple(tuple(taps[0, 0, u, v] for v in range(k_w)) for u in range(k_h))
+    pads = ((k_h - 1) // 2, (k_w - 1) // 2)
+    if input.requires_grad and torch.is_grad_enabled():
+        return _SeparableBlur.apply(input, None, None, pads, strides, grid, per_channel)
+    with torch.no_grad():
+        return _blur_planes_cpu(input, None, None, pads, strides, grid, per_channel)
 
 
 def _separable_blur(
@@ -324,7 +401,10 @@ def blur_2d(
     strides = check_pair(stride, "stride", minimum=1)
     if filter is None:
         return _separable_blur(input, None, None, strides)
-    return _blur_conv(input, _check_filter(filter, input.shape[1]), strides)
+    filt = _check_filter(filter, input.shape[1])
+    if _use_cpu_kernel(input) and not (filt.requires_grad and torch.is_grad_enabled()):
+        return _grid_blur(input, filt, strides)
+    return _blur_conv(input, filt, strides)
 
 
 def blurmax_pool2d(

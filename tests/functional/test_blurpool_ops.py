@@ -313,8 +313,48 @@ def test_no_host_reads(side):
             F.blur_2d(x),
             F.blur_2d(x, 2),
             F.blur_2d(x, 2, filt),
+            F.blur_2d(x, 1, DEFAULT),  # a filter without grad: the CPU kernel on large planes
+            F.blur_2d(x, 2, DEFAULT.expand(3, 1, 3, 3)),
             F.blurmax_pool2d(x, 2),
             F.blurmax_pool2d(x, 3, 2, 1, ceil_mode=True, filter=filt),
         ]
         sum(o.sum() for o in outs).backward()
     assert x.grad is not None and filt.grad is not None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.uint8])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "strided"])
+@pytest.mark.parametrize("stride", [1, 2, (3, 2)])
+@pytest.mark.parametrize("kind", ["shared", "per_channel", "even"])
+def test_given_filter_cpu_kernel_matches_convolution(monkeypatch, kind, stride, layout, dtype):
+    """A filter passed in runs on the CPU kernel (planes >= 256 px) with its taps as tensors."""
+    monkeypatch.setattr(blurpool, "_CHUNK_BYTES", 3000)  # several chunks, a partial last one
+    gen = torch.Generator().manual_seed(3)
+    shape = {"shared": (3, 3), "per_channel": (3, 1, 3, 3), "even": (2, 4)}[kind]
+    filt = torch.rand(shape, generator=gen, dtype=torch.float64) / 4
+    base = _x(5, 3, 17, 19, dtype=torch.float32)
+    x = (base * 255).round().to(dtype) if dtype == torch.uint8 else base.to(dtype)
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    elif layout == "strided":
+        x = torch.cat([x, x], dim=-1)[..., ::2]
+    strides = blurpool.check_pair(stride, "stride")
+    out = F.blur_2d(x, stride, filt)
+    expected = blurpool._blur_conv(x.contiguous(), blurpool._check_filter(filt, 3), strides)
+    assert out.dtype == dtype and out.shape == expected.shape
+    if layout == "channels_last":
+        assert out.is_contiguous(memory_format=torch.channels_last)
+    if dtype == torch.uint8:
+        assert (out.int() - expected.int()).abs().max() <= 1
+    else:
+        tol = {torch.bfloat16: 1e-2, torch.float32: 1e-5}.get(dtype, 1e-7)
+        torch.testing.assert_close(out, expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("stride", [1, (2, 3)])
+def test_given_filter_cpu_kernel_gradients(per_channel, stride):
+    filt = torch.rand((2, 1, 3, 2) if per_channel else (3, 2), dtype=torch.float64)
+    x = _x(1, 2, 16, 17).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: F.blur_2d(t, stride, filt), (x,))
+    assert torch.autograd.gradgradcheck(lambda t: F.blur_2d(t, stride, filt), (x,))
