@@ -191,7 +191,10 @@ class StochasticBlock(nn.Module):
 
     @drop_rate.setter
     def drop_rate(self, value: float) -> None:
-        p = check_probability(value, "drop_rate")
+        self._set_drop_rate(check_probability(value, "drop_rate"))
+
+    def _set_drop_rate(self, p: float) -> None:
+        """Store a checked rate: the float, and the device buffer when it changed."""
         if getattr(self, "_drop_rate", None) == p:
             return
         self._drop_rate = p
@@ -651,7 +654,7 @@ def set_stochastic_depth_drop_rate(model: nn.Module, drop_rate: float) -> int:
     count = 0
     for block in model.modules():
         if isinstance(block, StochasticBlock):
-            block.drop_rate = min(drop_rate * block._drop_rate_share, 1.0)
+            block._set_drop_rate(min(drop_rate * block._drop_rate_share, 1.0))
             count += 1
     if count == 0:
         raise ValueError(
