@@ -285,6 +285,14 @@ def _use_cpu_kernel(input: torch.Tensor) -> bool:
     )
 
 
+def _blur_given(input: torch.Tensor, filt: torch.Tensor, strides: tuple[int, int]) -> torch.Tensor:
+    """Blur with a checked ``(1 or C, 1, kH, kW)`` filter: the CPU kernel where it runs and the
+    filter needs no gradient, else the depthwise convolution."""
+    if _use_cpu_kernel(input) and not (filt.requires_grad and torch.is_grad_enabled()):
+        return _grid_blur(input, filt, strides)
+    return _blur_conv(input, filt, strides)
+
+
 def _grid_blur(input: torch.Tensor, filt: torch.Tensor, strides: tuple[int, int]) -> torch.Tensor:
     """A given ``(1 or C, 1, kH, kW)`` filter with the CPU kernel, its taps passed as tensors
     (0-d, or ``(C, 1, 1)`` per channel): never read on the host, so never stale."""
@@ -401,10 +409,7 @@ def blur_2d(
     strides = check_pair(stride, "stride", minimum=1)
     if filter is None:
         return _separable_blur(input, None, None, strides)
-    filt = _check_filter(filter, input.shape[1])
-    if _use_cpu_kernel(input) and not (filt.requires_grad and torch.is_grad_enabled()):
-        return _grid_blur(input, filt, strides)
-    return _blur_conv(input, filt, strides)
+    return _blur_given(input, _check_filter(filter, input.shape[1]), strides)
 
 
 def blurmax_pool2d(
@@ -518,7 +523,7 @@ def _blurmax(
         x = F.pad(x, (0, max(extra[1], 0), 0, max(extra[0], 0)), value=low)
     dense_max = F.max_pool2d(x, kernel, stride=1, padding=pads, dilation=dilations)
     if filt is not None:
-        return _blur_conv(dense_max, filt, strides)
+        return _blur_given(dense_max, filt, strides)
     return _separable_blur(dense_max, taps, taps, strides)
 
 
