@@ -169,6 +169,7 @@ def _blur_layers() -> nn.Module:
     )
 
 
+@pytest.mark.slow
 def test_blur_layers_compile_once_and_equal_eager_forward_and_backward() -> None:
     torch.manual_seed(0)
     layers = _blur_layers()
@@ -201,6 +202,7 @@ def test_blur_layers_read_no_host_value() -> None:
     assert x.grad is not None
 
 
+@pytest.mark.slow
 def test_blurpool_training_step_compiled_equals_eager() -> None:
     """Eager CPU blurs run the shift-and-add kernel, the compiled graph a depthwise convolution:
     other rounding, which three SGD steps carry into the weights (the last stage normalises 4
@@ -226,6 +228,7 @@ def test_blur_layers_inductor_equal_eager() -> None:
 # --------------------------------------------------------------------------- stochastic depth
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["block", "block_skip", "sample"])
 def test_stochastic_depth_training_step_one_graph_across_rates(method: str) -> None:
     """Uniform rates 0 and 1 make every decision deterministic (keep all / drop all), so
@@ -348,6 +351,7 @@ def test_blurpool_trains_under_cpu_bf16_autocast() -> None:
         assert F.BlurPool2d()(x32.bfloat16()).dtype == torch.bfloat16
 
 
+@pytest.mark.slow
 def test_stochastic_decisions_from_compiled_model_follow_torch_seed() -> None:
     """Compiled draws come from torch's default generator: the same seed, the same decisions."""
     x = torch.randn(2, 4, 5, 5, generator=torch.Generator().manual_seed(0))
