@@ -521,10 +521,19 @@ def _blurmax(
     if extra[0] > 0 or extra[1] > 0:
         low = float("-inf") if x.is_floating_point() else torch.iinfo(x.dtype).min
         x = F.pad(x, (0, max(extra[1], 0), 0, max(extra[0], 0)), value=low)
+    # torch's CPU max_pool2d fails on 8-bit channels_last batches (an int32 size check of
+    # its integer kernel): pool those in contiguous format and restore the format after.
+    restore = None
+    if x.device.type == "cpu" and x.element_size() == 1 and not x.is_contiguous():
+        if x.is_contiguous(memory_format=torch.channels_last):
+            restore = torch.channels_last
+        x = x.contiguous()
     dense_max = F.max_pool2d(x, kernel, stride=1, padding=pads, dilation=dilations)
     if filt is not None:
-        return _blur_given(dense_max, filt, strides)
-    return _separable_blur(dense_max, taps, taps, strides)
+        out = _blur_given(dense_max, filt, strides)
+    else:
+        out = _separable_blur(dense_max, taps, taps, strides)
+    return out if restore is None else out.contiguous(memory_format=restore)
 
 
 # ---------------------------------------------------------------------------------------------

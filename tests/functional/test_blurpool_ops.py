@@ -358,3 +358,15 @@ def test_given_filter_cpu_kernel_gradients(per_channel, stride):
     x = _x(1, 2, 16, 17).requires_grad_()
     assert torch.autograd.gradcheck(lambda t: F.blur_2d(t, stride, filt), (x,))
     assert torch.autograd.gradgradcheck(lambda t: F.blur_2d(t, stride, filt), (x,))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.float32])
+def test_blurmax_pool2d_8bit_channels_last(dtype):
+    """torch's max_pool2d fails on 8-bit channels_last batches; ours pools them and keeps
+    the memory format."""
+    x = torch.randint(0, 100, (2, 3, 16, 16), dtype=dtype, generator=torch.Generator())
+    x_cl = x.contiguous(memory_format=torch.channels_last)
+    out = F.blurmax_pool2d(x_cl, 3, 2, 1)
+    assert out.dtype == dtype and out.shape == (2, 3, 8, 8)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(out, F.blurmax_pool2d(x, 3, 2, 1))
