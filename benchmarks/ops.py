@@ -136,6 +136,15 @@ def _image_ops(quick: bool, device: str, repeats: int, bandwidth: float) -> tupl
         },
         half,
     )
+    per_channel = kernel.expand(shape[1], 1, 3, 3)
+    run(
+        "blur_2d, given (C,1,3,3) filter, stride 2",
+        {
+            "ours": lambda: F.blur_2d(x, 2, per_channel),
+            "Composer": c_blur and (lambda: c_blur(x, stride=2, filter=per_channel)),
+        },
+        half,
+    )
     run(
         "blurmax_pool2d, k=2",
         {

@@ -66,6 +66,8 @@ from functional.stochastic_depth import (
     StochasticBottleneck,
     apply_stochastic_depth,
     register_stochastic_block,
+    set_stochastic_depth_drop_rate,
+    stochastic_depth_drop_rate,
 )
 from functional.swa import SWA
 from functional.weight_standardization import WeightStandardizer, apply_weight_standardization
@@ -130,8 +132,10 @@ __all__: list[str] = [
     "scale_scheduler",
     "select_using_loss",
     "seq_length_warmup_length",
+    "set_stochastic_depth_drop_rate",
     "should_selective_backprop",
     "smooth_labels",
+    "stochastic_depth_drop_rate",
     "swap_ema_weights",
     "unregister_alibi",
     "use_ema_weights",

@@ -6,14 +6,11 @@ The ops section (``blur_2d``, ``blurmax_pool2d``) holds the stateless kernels; t
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from functional._checks import (
-    accumulation_dtype,
     cast_result,
     check_bool,
     check_int,
@@ -22,7 +19,6 @@ from functional._checks import (
     check_pair,
     check_tensor,
     clone_module_as,
-    compute_dtype,
     replace_chosen,
 )
 from surgery._types import OptimizerArg
@@ -40,7 +36,8 @@ __all__ = [
 # Ops
 # ---------------------------------------------------------------------------------------------
 
-Taps = tuple[float, ...]
+Taps = tuple[float, ...] | tuple[torch.Tensor, ...]
+Grid = tuple[tuple[torch.Tensor, ...], ...]
 
 # The default low-pass filter [1 2 1]ᵀ[1 2 1] / 16 as a pair of 1-D taps.
 _DEFAULT_TAPS: Taps = (0.25, 0.5, 0.25)
@@ -53,10 +50,6 @@ _CHUNK_BYTES = 16 << 20
 # Below this many pixels per plane the shift-and-add kernel's fixed cost per op outweighs its
 # savings over the depthwise convolution (measured on 2-core x86 CPUs, forward and backward).
 _MIN_SEPARABLE_PLANE = 256
-# The separable taps of filters seen before (layers pass the same filter buffer every call),
-# keyed by id() and checked against a weak reference and the filter's version counter.
-_TAPS_CACHE: dict[int, tuple[weakref.ref, int, tuple[Taps, Taps] | None]] = {}
-_TAPS_CACHE_SIZE = 256
 
 
 def _check_filter(filter: object, channels: int) -> torch.Tensor:
@@ -76,40 +69,32 @@ def _check_filter(filter: object, channels: int) -> torch.Tensor:
     return filt
 
 
-def _separable_taps(filt: torch.Tensor) -> tuple[Taps, Taps] | None:
-    """``(column taps, row taps)`` when ``filt`` is the same rank-1 kernel for every channel.
-
-    Only used for CPU filters that do not require grad: reading the values is then cheap.
-    """
-    if filt.shape[0] > 1 and not bool((filt == filt[:1]).all()):
-        return None
-    kernel = filt[0, 0].detach().to(torch.float64)
-    flat = int(kernel.abs().argmax())
-    i, j = divmod(flat, kernel.shape[1])
-    pivot = float(kernel[i, j])
-    if pivot == 0.0:
-        return (0.0,) * kernel.shape[0], (0.0,) * kernel.shape[1]
-    col, row = kernel[:, j], kernel[i, :] / pivot
-    eps = torch.finfo(filt.dtype).eps if filt.is_floating_point() else 0.0
-    if float((torch.outer(col, row) - kernel).abs().max()) > 8 * eps * abs(pivot):
-        return None
-    return tuple(col.tolist()), tuple(row.tolist())
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the blur computes in: float64 for float64 and for 32/64-bit integers (whose
+    values float32 cannot hold exactly), float32 for everything else."""
+    if dtype in (torch.float64, torch.int32, torch.int64):
+        return torch.float64
+    return torch.float32
 
 
-def _cached_separable_taps(key: torch.Tensor, filt: torch.Tensor) -> tuple[Taps, Taps] | None:
-    """:func:`_separable_taps` of ``filt``, remembered for the tensor ``key`` it came from."""
-    entry = _TAPS_CACHE.get(id(key))
-    if entry is not None and entry[0]() is key and entry[1] == key._version:
-        return entry[2]
-    taps = _separable_taps(filt)
-    if len(_TAPS_CACHE) >= _TAPS_CACHE_SIZE:
-        _TAPS_CACHE.clear()
-    _TAPS_CACHE[id(key)] = (weakref.ref(key), key._version, taps)
+def _conv_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the depthwise-convolution path: the input's own floating dtype, else
+    :func:`_work_dtype` (integers and bool)."""
+    return dtype if dtype.is_floating_point else _work_dtype(dtype)
+
+
+def _default_taps(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``[1/4, 1/2, 1/4]`` built on ``device`` (no host-to-device copy)."""
+    taps = torch.full((3,), 0.25, device=device, dtype=dtype)
+    taps[1] = 0.5
     return taps
 
 
 def _shift_add(src: torch.Tensor, dim: int, taps: Taps, pad: int, stride: int, out: torch.Tensor):
     """``out[i] = Σ_j taps[j] · src[i·stride + j - pad]`` along ``dim`` (zeros outside ``src``).
+
+    ``taps`` are Python floats (constants) or 0-d tensors (a layer's buffer, never read on the
+    host: ``addcmul_`` takes them as they are).
 
     ``out`` must have ``(n_in - 1) // stride + 1`` entries along ``dim``, so the tap ``j = pad``
     reads a valid entry for every output and initialises it; the others add where in range.
@@ -124,7 +109,7 @@ def _shift_add(src: torch.Tensor, dim: int, taps: Taps, pad: int, stride: int, o
     torch.mul(along(src, slice(0, (n_out - 1) * stride + 1, stride)), taps[pad], out=out)
     for j, tap in enumerate(taps):
         offset = j - pad
-        if offset == 0 or tap == 0.0:
+        if offset == 0 or (isinstance(tap, float) and tap == 0.0):
             continue
         first = max(0, -(offset // stride))  # ceil(-offset / stride)
         last = min(n_out - 1, (n_in - 1 - offset) // stride)
@@ -132,13 +117,65 @@ def _shift_add(src: torch.Tensor, dim: int, taps: Taps, pad: int, stride: int, o
             continue
         start = first * stride + offset
         source = along(src, slice(start, last * stride + offset + 1, stride))
-        along(out, slice(first, last + 1)).add_(source, alpha=tap)
+        if isinstance(tap, float):
+            along(out, slice(first, last + 1)).add_(source, alpha=tap)
+        else:
+            along(out, slice(first, last + 1)).addcmul_(source, tap)
+
+
+def _valid_range(offset: int, stride: int, n_in: int, n_out: int) -> tuple[int, int] | None:
+    """Outputs ``[first, last]`` whose input ``i·stride + offset`` lies inside ``[0, n_in)``."""
+    first = max(0, -(offset // stride))  # ceil(-offset / stride)
+    last = min(n_out - 1, (n_in - 1 - offset) // stride)
+    return None if last < first else (first, last)
+
+
+def _correlate_2d(
+    src: torch.Tensor,
+    grid: Grid,
+    pads: tuple[int, int],
+    stride: tuple[int, int],
+    out: torch.Tensor,
+) -> None:
+    """``out[..., i, j] = Σ_{u,v} grid[u][v] · src[..., i·s_h + u - p_h, j·s_w + v - p_w]``
+    (zeros outside ``src``): a general (non-separable) filter, one ``addcmul_`` per tap.
+
+    Each tap is a 0-d tensor (one filter for every channel) or a ``(C, 1, 1)`` tensor (one per
+    channel, ``src`` then ``(b, C, H, W)``); the values are never read on the host.
+    """
+    n_h, n_w = src.shape[-2:]
+    out.zero_()
+    for u, taps in enumerate(grid):
+        rows = _valid_range(u - pads[0], stride[0], n_h, out.shape[-2])
+        if rows is None:
+            continue
+        r0, r1 = rows
+        src_rows = slice(r0 * stride[0] + u - pads[0], r1 * stride[0] + u - pads[0] + 1, stride[0])
+        for v, tap in enumerate(taps):
+            cols = _valid_range(v - pads[1], stride[1], n_w, out.shape[-1])
+            if cols is None:
+                continue
+            c0, c1 = cols
+            src_cols = slice(
+                c0 * stride[1] + v - pads[1], c1 * stride[1] + v - pads[1] + 1, stride[1]
+            )
+            out[..., r0 : r1 + 1, c0 : c1 + 1].addcmul_(src[..., src_rows, src_cols], tap)
 
 
 def _blur_planes_cpu(
-    x: torch.Tensor, col: Taps, row: Taps, pads: tuple[int, int], stride: tuple[int, int]
+    x: torch.Tensor,
+    col: Taps | None,
+    row: Taps | None,
+    pads: tuple[int, int],
+    stride: tuple[int, int],
+    grid: Grid | None = None,
+    per_channel: bool = False,
 ) -> torch.Tensor:
-    """The separable blur of a 4-D CPU tensor, cache-blocked; no autograd.
+    """The blur of a 4-D CPU tensor, cache-blocked; no autograd.
+
+    With ``col`` and ``row``: the separable filter ``outer(col, row)`` in two shift-and-add
+    passes. With ``grid`` (``col``/``row`` ``None``): a general filter, one pass of
+    ``kH·kW`` multiply-adds (``per_channel``: the taps are ``(C, 1, 1)``).
 
     Works through the input a few planes at a time so that the column pass's result is still in
     cache when the row pass reads it. Contiguous float32/float64 planes are read in place and
@@ -152,8 +189,8 @@ def _blur_planes_cpu(
     out = torch.empty((batch, channels, out_h, out_w), dtype=x.dtype, memory_format=fmt)
     if out.numel() == 0:
         return out
-    work = accumulation_dtype(x.dtype)
-    if x.is_contiguous():  # chunks of planes
+    work = _work_dtype(x.dtype)
+    if x.is_contiguous() and not per_channel:  # chunks of planes
         source = x.view(batch * channels, height, width)
         target = out.view(batch * channels, out_h, out_w)
         per_item = 1
@@ -164,14 +201,21 @@ def _blur_planes_cpu(
     step = min(source.shape[0], max(1, _CHUNK_BYTES // (plane_bytes * per_item)))
     planes = step * per_item
     staged = None if direct else torch.empty((planes, height, width), dtype=work)
-    middle = torch.empty((planes, out_h, width), dtype=work)
+    middle = None if grid is not None else torch.empty((planes, out_h, width), dtype=work)
     final = None if direct else torch.empty((planes, out_h, out_w), dtype=work)
     for begin in range(0, source.shape[0], step):
         chunk, dst = source[begin : begin + step], target[begin : begin + step]
         n = chunk.shape[0] * per_item
         if staged is not None:
             staged[:n].view(chunk.shape).copy_(chunk)
-            chunk = staged[:n]
+            chunk = staged[:n] if grid is None else staged[:n].view(chunk.shape)
+        if grid is not None:
+            into = dst if final is None else final[:n].view(dst.shape)
+            _correlate_2d(chunk, grid, pads, stride, into)
+            if final is not None:
+                dst.copy_(cast_result(into, x.dtype))
+            continue
+        assert col is not None and row is not None and middle is not None
         _shift_add(chunk, 1, col, pads[0], stride[0], middle[:n])
         if final is None:
             _shift_add(middle[:n], 2, row, pads[1], stride[1], dst)
@@ -186,46 +230,114 @@ class _SeparableBlur(torch.autograd.Function):
     correlation, with the flipped taps, of the zero-upsampled output gradient."""
 
     @staticmethod
-    def forward(ctx, x, col, row, pads, stride):  # type: ignore[override]
-        ctx.geometry = (col, row, pads, stride, x.shape[-2:])
-        return _blur_planes_cpu(x, col, row, pads, stride)
+    def forward(ctx, x, col, row, pads, stride, grid=None, per_channel=False):  # type: ignore[override]
+        ctx.geometry = (col, row, pads, stride, x.shape[-2:], grid, per_channel)
+        return _blur_planes_cpu(x, col, row, pads, stride, grid, per_channel)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        col, row, pads, stride, (height, width) = ctx.geometry
+        col, row, pads, stride, (height, width), grid, per_channel = ctx.geometry
         if stride != (1, 1):
             spread = grad.new_zeros((*grad.shape[:2], height, width))
             spread[..., :: stride[0], :: stride[1]] = grad
             grad = spread
-        flipped = (
-            col[::-1],
-            row[::-1],
-            (len(col) - 1 - pads[0], len(row) - 1 - pads[1]),
-            (1, 1),
-        )
-        return _SeparableBlur.apply(grad, *flipped), None, None, None, None
+        if grid is None:
+            k_h, k_w = len(col), len(row)
+            flipped = (col[::-1], row[::-1], None)
+        else:
+            k_h, k_w = len(grid), len(grid[0])
+            flipped = (None, None, tuple(taps[::-1] for taps in grid[::-1]))
+        back_pads = (k_h - 1 - pads[0], k_w - 1 - pads[1])
+        col_f, row_f, grid_f = flipped
+        out = _SeparableBlur.apply(grad, col_f, row_f, back_pads, (1, 1), grid_f, per_channel)
+        return out, None, None, None, None, None, None
 
 
-def _blur_conv(input: torch.Tensor, filt: torch.Tensor | None, strides: tuple[int, int]):
-    """Depthwise-convolution formulation (any device, any filter, differentiable in both)."""
-    dtype = compute_dtype(input.dtype)
+def _blur_conv(input: torch.Tensor, filt: torch.Tensor, strides: tuple[int, int]):
+    """Depthwise-convolution formulation (any device, any filter, differentiable in both).
+
+    ``filt`` is ``(1 or C, 1, kH, kW)``.
+    """
+    dtype = _conv_dtype(input.dtype)
     channels = input.shape[1]
-    if filt is None:
-        taps = torch.tensor(_DEFAULT_TAPS, device=input.device, dtype=dtype)
-        filt = torch.outer(taps, taps).view(1, 1, 3, 3)
-    weight = filt.to(device=input.device, dtype=dtype).expand(channels, 1, *filt.shape[-2:])
     k_h, k_w = filt.shape[-2:]
+    if input.shape[0] == 0 or channels == 0:
+        out_h = (input.shape[2] - 1) // strides[0] + 1
+        out_w = (input.shape[3] - 1) // strides[1] + 1
+        return input.new_empty((input.shape[0], channels, out_h, out_w))
+    weight = filt.to(device=input.device, dtype=dtype).expand(channels, 1, k_h, k_w)
     x = input.to(dtype)
     pad_h, pad_w = (k_h - 1) // 2, (k_w - 1) // 2
     if k_h % 2 == 0 or k_w % 2 == 0:  # even sizes: the extra row/column of padding goes last
         x = F.pad(x, (pad_w, k_w - 1 - pad_w, pad_h, k_h - 1 - pad_h))
         pad_h = pad_w = 0
-    if x.shape[0] == 0 or channels == 0:
-        out_h = (input.shape[2] - 1) // strides[0] + 1
-        out_w = (input.shape[3] - 1) // strides[1] + 1
-        return input.new_empty((input.shape[0], channels, out_h, out_w))
     out = F.conv2d(x, weight, None, strides, (pad_h, pad_w), 1, channels)
     return cast_result(out, input.dtype)
+
+
+def _use_cpu_kernel(input: torch.Tensor) -> bool:
+    """Whether the shift-and-add kernel runs: eager mode, CPU, planes of at least
+    ``_MIN_SEPARABLE_PLANE`` pixels. Decided from the device and shape only (no values)."""
+    return (
+        input.device.type == "cpu"
+        and not torch.compiler.is_compiling()
+        and input.shape[-2] * input.shape[-1] >= _MIN_SEPARABLE_PLANE
+    )
+
+
+def _blur_given(input: torch.Tensor, filt: torch.Tensor, strides: tuple[int, int]) -> torch.Tensor:
+    """Blur with a checked ``(1 or C, 1, kH, kW)`` filter: the CPU kernel where it runs and the
+    filter needs no gradient, else the depthwise convolution."""
+    if _use_cpu_kernel(input) and not (filt.requires_grad and torch.is_grad_enabled()):
+        return _grid_blur(input, filt, strides)
+    return _blur_conv(input, filt, strides)
+
+
+def _grid_blur(input: torch.Tensor, filt: torch.Tensor, strides: tuple[int, int]) -> torch.Tensor:
+    """A given ``(1 or C, 1, kH, kW)`` filter with the CPU kernel, its taps passed as tensors
+    (0-d, or ``(C, 1, 1)`` per channel): never read on the host, so never stale."""
+    k_h, k_w = filt.shape[-2:]
+    per_channel = filt.shape[0] > 1
+    taps = filt.detach().to(_work_dtype(input.dtype))
+    if per_channel:
+        grid = tuple(tuple(taps[:, 0, u, v].view(-1, 1, 1) for v in range(k_w)) for u in range(k_h))
+    else:
+        grid = tuple(tuple(taps[0, 0, u, v] for v in range(k_w)) for u in range(k_h))
+    pads = ((k_h - 1) // 2, (k_w - 1) // 2)
+    if input.requires_grad and torch.is_grad_enabled():
+        return _SeparableBlur.apply(input, None, None, pads, strides, grid, per_channel)
+    with torch.no_grad():
+        return _blur_planes_cpu(input, None, None, pads, strides, grid, per_channel)
+
+
+def _separable_blur(
+    input: torch.Tensor,
+    col: torch.Tensor | None,
+    row: torch.Tensor | None,
+    strides: tuple[int, int],
+) -> torch.Tensor:
+    """Blur with the separable filter ``outer(col, row)`` (both ``None``: the default taps).
+
+    ``col`` and ``row`` are 1-D tensors (a layer's buffer): they are passed to the kernel as
+    0-d tensors and never read on the host, so edits to them are always seen.
+    """
+    if _use_cpu_kernel(input):
+        work = _work_dtype(input.dtype)
+        if col is None or row is None:
+            col_taps: Taps = _DEFAULT_TAPS
+            row_taps: Taps = _DEFAULT_TAPS
+        else:
+            col_taps = tuple(col.detach().to(work).unbind())
+            row_taps = tuple(row.detach().to(work).unbind())
+        pads = ((len(col_taps) - 1) // 2, (len(row_taps) - 1) // 2)
+        if input.requires_grad and torch.is_grad_enabled():
+            return _SeparableBlur.apply(input, col_taps, row_taps, pads, strides)
+        with torch.no_grad():
+            return _blur_planes_cpu(input, col_taps, row_taps, pads, strides)
+    if col is None or row is None:
+        col = row = _default_taps(input.device, _conv_dtype(input.dtype))
+    filt = torch.outer(col, row)
+    return _blur_conv(input, filt.view(1, 1, *filt.shape), strides)
 
 
 def _pool_output_size(size: int, kernel: int, stride: int, pad: int, dilation: int, ceil: bool):
@@ -253,10 +365,17 @@ def blur_2d(
 
     The default filter is :math:`\tfrac{1}{16}[1\,2\,1]^\top[1\,2\,1]`. The padding keeps the
     size at stride 1 (``kH - 1`` rows in total, the extra one at the bottom for even sizes).
-    Separable filters (like the default) run as two cache-blocked shift-and-add passes on the
-    CPU, several times faster than a depthwise convolution; other filters, filters that need a
-    gradient, and accelerators use a depthwise convolution. Integer inputs are filtered in
-    float32 and rounded back.
+    On the CPU in eager mode the default filter runs as two cache-blocked shift-and-add passes
+    (planes of at least 256 pixels), several times faster than a depthwise convolution; a
+    ``filter`` passed in, accelerators and ``torch.compile`` use a depthwise convolution. The
+    filter's values are never read on the host and nothing is cached, so edits to ``filter``
+    (in place, through ``.data`` or a NumPy view) are always seen, and no call synchronises with
+    the device. Integer inputs are filtered in float32 (float64 for int32/int64), rounded back
+    and clamped to the dtype's range.
+
+    Under ``torch.compile(fullgraph=True)`` the op traces without a graph break; new values of
+    ``input`` or ``filter`` reuse the graph, while a new ``stride`` or filter shape is a new
+    graph (they set the output's shape).
 
     Args:
         input: images ``(B, C, H, W)``.
@@ -288,20 +407,9 @@ def blur_2d(
     if input.is_complex():
         raise TypeError(f"input must be a real tensor, got dtype {input.dtype}")
     strides = check_pair(stride, "stride", minimum=1)
-    channels = input.shape[1]
-    filt = None if filter is None else _check_filter(filter, channels)
-    if input.device.type == "cpu" and input.shape[-2] * input.shape[-1] >= _MIN_SEPARABLE_PLANE:
-        taps = (_DEFAULT_TAPS, _DEFAULT_TAPS) if filt is None else None
-        if filt is not None and not (filt.requires_grad and torch.is_grad_enabled()):
-            taps = _cached_separable_taps(filter, filt)
-        if taps is not None:
-            col, row = taps
-            pads = ((len(col) - 1) // 2, (len(row) - 1) // 2)
-            if input.requires_grad and torch.is_grad_enabled():
-                return _SeparableBlur.apply(input, col, row, pads, strides)
-            with torch.no_grad():
-                return _blur_planes_cpu(input, col, row, pads, strides)
-    return _blur_conv(input, filt, strides)
+    if filter is None:
+        return _separable_blur(input, None, None, strides)
+    return _blur_given(input, _check_filter(filter, input.shape[1]), strides)
 
 
 def blurmax_pool2d(
@@ -332,7 +440,13 @@ def blurmax_pool2d(
         filter: the blur filter, as in :func:`blur_2d` (default ``[1 2 1]ᵀ[1 2 1]/16``).
 
     Returns:
-        The pooled images, dtype and device of ``input``.
+        The pooled images, dtype and device of ``input``. An empty batch or an input with no
+        channels gives an empty result of the same output shape (``max_pool2d`` refuses it).
+
+    Raises:
+        TypeError: for bool or complex input (max pooling is not defined for them; convert a
+            mask to ``uint8`` or float first).
+        ValueError: for a window larger than the padded input or padding above half the window.
 
     Shape:
         - input: :math:`(B, C, H, W)`
@@ -346,7 +460,36 @@ def blurmax_pool2d(
 
     Reference: Zhang, *Making Convolutional Networks Shift-Invariant Again*, ICML 2019.
     """
+    filt = None if filter is None else _check_filter(filter, _check_pool_input(input))
+    return _blurmax(input, kernel_size, stride, padding, dilation, ceil_mode, filt, None)
+
+
+def _check_pool_input(input: object) -> int:
+    """Validate ``blurmax_pool2d``'s input; returns its channel count."""
     check_ndim(input, "input", 4, "(B, C, H, W)")
+    assert isinstance(input, torch.Tensor)
+    if input.dtype == torch.bool or input.is_complex():
+        raise TypeError(
+            f"input must be a real, non-bool tensor (max pooling is not defined for dtype "
+            f"{input.dtype}; convert a mask with .to(torch.uint8) or .float()), got {input.dtype}"
+        )
+    return input.shape[1]
+
+
+def _blurmax(
+    input: torch.Tensor,
+    kernel_size: int | tuple[int, int],
+    stride: int | tuple[int, int] | None,
+    padding: int | tuple[int, int],
+    dilation: int | tuple[int, int],
+    ceil_mode: bool,
+    filt: torch.Tensor | None,
+    taps: torch.Tensor | None,
+) -> torch.Tensor:
+    """:func:`blurmax_pool2d` after the input check; the blur uses ``filt`` (a checked
+    ``(1 or C, 1, kH, kW)`` filter), else the separable ``outer(taps, taps)`` (a layer's
+    buffer), else the default filter."""
+    _check_pool_input(input)
     kernel = check_pair(kernel_size, "kernel_size", minimum=1)
     strides = kernel if stride is None else check_pair(stride, "stride", minimum=1)
     pads = check_pair(padding, "padding", minimum=0)
@@ -357,7 +500,7 @@ def blurmax_pool2d(
             f"padding must be at most half of kernel_size, got padding={padding} for "
             f"kernel_size={kernel_size}"
         )
-    extra = []
+    extra, sizes = [], []
     for dim in range(2):
         size = input.shape[2 + dim]
         out = _pool_output_size(
@@ -368,34 +511,73 @@ def blurmax_pool2d(
                 f"input of size {tuple(input.shape[2:])} is too small for kernel_size="
                 f"{kernel_size}, dilation={dilation}, padding={padding}"
             )
+        sizes.append(out)
         dense = size + 2 * pads[dim] - dilations[dim] * (kernel[dim] - 1)  # stride-1 max size
         # ceil_mode's last window may hang over the padded input: extend the dense max map.
         extra.append((out - 1) * strides[dim] + 1 - dense)
+    if input.shape[0] == 0 or input.shape[1] == 0:  # an empty batch or no channels: empty result
+        return input.new_empty((input.shape[0], input.shape[1], *sizes))
     x = input
     if extra[0] > 0 or extra[1] > 0:
         low = float("-inf") if x.is_floating_point() else torch.iinfo(x.dtype).min
         x = F.pad(x, (0, max(extra[1], 0), 0, max(extra[0], 0)), value=low)
+    # torch's CPU max_pool2d fails on 8-bit channels_last batches (an int32 size check of
+    # its integer kernel): pool those in contiguous format and restore the format after.
+    restore = None
+    if x.device.type == "cpu" and x.element_size() == 1 and not x.is_contiguous():
+        if x.is_contiguous(memory_format=torch.channels_last):
+            restore = torch.channels_last
+        x = x.contiguous()
     dense_max = F.max_pool2d(x, kernel, stride=1, padding=pads, dilation=dilations)
-    return blur_2d(dense_max, stride=strides, filter=filter)
+    if filt is not None:
+        out = _blur_given(dense_max, filt, strides)
+    else:
+        out = _separable_blur(dense_max, taps, taps, strides)
+    return out if restore is None else out.contiguous(memory_format=restore)
 
 
 # ---------------------------------------------------------------------------------------------
 # Layers and the apply_blurpool transform
 # ---------------------------------------------------------------------------------------------
 
-_BLUR_TAPS = (1.0, 2.0, 1.0)
+
+def _binomial_taps(*, device=None, dtype=None) -> torch.Tensor:
+    """The 1-D taps ``[1, 2, 1] / 4`` of the default filter (their outer product)."""
+    return torch.tensor(_DEFAULT_TAPS, device=device, dtype=dtype or torch.get_default_dtype())
 
 
-def _blur_kernel(channels: int | None, *, device=None, dtype=None) -> torch.Tensor:
-    """The default 3x3 binomial filter, as (3, 3) or expanded to (channels, 1, 3, 3)."""
-    taps = torch.tensor(_BLUR_TAPS, device=device, dtype=dtype or torch.get_default_dtype())
-    kernel = torch.outer(taps, taps) / 16
-    if channels is None:
-        return kernel
-    return kernel.expand(channels, 1, 3, 3).contiguous()
+class _BlurTaps:
+    """The layers' filter: a non-persistent buffer ``blur_taps`` of 1-D taps ``t`` (default
+    ``[1, 2, 1] / 4``), the filter being ``outer(t, t)`` for every channel.
+
+    Storing the separable factors (not the 2-D filter) makes the fast CPU kernel correct by
+    construction, without reading the filter's values on the host and without a cache: the taps
+    reach the kernel as 0-d tensors, so an edit of ``blur_taps`` (in place or through
+    ``.data``) is seen by the next call. ``blur_filter`` is the 2-D filter derived from them,
+    read-only (a new tensor at each access; change the filter through ``blur_taps``).
+    """
+
+    blur_taps: torch.Tensor
+    _blur_channels: int | None
+
+    def _register_taps(self, channels: int | None, *, device=None, dtype=None) -> None:
+        assert isinstance(self, nn.Module)
+        self._blur_channels = channels
+        self.register_buffer(
+            "blur_taps", _binomial_taps(device=device, dtype=dtype), persistent=False
+        )
+
+    @property
+    def blur_filter(self) -> torch.Tensor:
+        """The 2-D filter ``outer(blur_taps, blur_taps)``: ``(C, 1, 3, 3)`` for layers with a
+        fixed channel count, else ``(3, 3)``. Derived, read-only."""
+        kernel = torch.outer(self.blur_taps, self.blur_taps)
+        if self._blur_channels is None:
+            return kernel
+        return kernel.expand(self._blur_channels, 1, *kernel.shape).contiguous()
 
 
-class BlurConv2d(nn.Conv2d):
+class BlurConv2d(_BlurTaps, nn.Conv2d):
     """A :class:`torch.nn.Conv2d` with an anti-aliasing low-pass filter (BlurPool).
 
     With ``blur_first=True`` the input is blurred with the 3x3 binomial filter at stride 1 and
@@ -406,20 +588,29 @@ class BlurConv2d(nn.Conv2d):
     ``Conv2d`` with the same arguments would produce.
 
     The class subclasses ``nn.Conv2d``: ``weight`` and ``bias`` keep their names (checkpoints
-    load both ways) and the filter is a non-persistent buffer, absent from the state_dict.
+    load both ways) and the filter's taps are a non-persistent buffer ``blur_taps``, absent
+    from the state_dict (``blur_filter`` is the derived 2-D filter; see ``_BlurTaps``).
+    The positional arguments are those of Composer's ``BlurConv2d`` (``blur_first`` ninth);
+    ``padding_mode``, ``device`` and ``dtype`` are keyword-only.
     See :func:`blur_2d` and :func:`apply_blurpool`.
 
+    The forward pass reads no tensor value on the host and compiles without a graph break.
+    dtypes: the blur runs in the input's dtype (float32 arithmetic for float16/bfloat16 on the
+    CPU kernel), so under ``torch.autocast`` the blur keeps the incoming dtype and the
+    convolution follows autocast's rule for ``conv2d`` (the low-precision dtype).
+
     Args:
-        in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-            padding_mode, device, dtype: as for :class:`torch.nn.Conv2d`.
+        in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias: as for
+            :class:`torch.nn.Conv2d` (``stride=None`` means 1).
         blur_first: blur before the convolution (cheap) or after it (the paper's order).
+        padding_mode, device, dtype: as for :class:`torch.nn.Conv2d` (keyword only).
 
     Shape:
         - Input: (B, C_in, H, W)
         - Output: (B, C_out, H_out, W_out), exactly as :class:`torch.nn.Conv2d`.
 
     Example:
-        >>> conv = BlurConv2d(16, 32, 3, stride=2, padding=1)
+        >>> conv = BlurConv2d(16, 32, 3, 2, 1)
         >>> conv(torch.randn(2, 16, 9, 9)).shape
         torch.Size([2, 32, 5, 5])
 
@@ -427,21 +618,44 @@ class BlurConv2d(nn.Conv2d):
         Zhang, "Making Convolutional Networks Shift-Invariant Again", ICML 2019.
     """
 
-    blur_filter: torch.Tensor
-
-    def __init__(self, *args, blur_first: bool = True, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] | None = 1,
+        padding: int | tuple[int, int] | str = 0,
+        dilation: int | tuple[int, int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        blur_first: bool = True,
+        *,
+        padding_mode: str = "zeros",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        check_bool(blur_first, "blur_first")
+        check_bool(bias, "bias")
+        super().__init__(
+            in_channels,
+            out_channels,
+            kernel_size,
+            1 if stride is None else stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+            padding_mode,
+            device=device,
+            dtype=dtype,
+        )
         self._init_blur(blur_first)
 
     def _init_blur(self, blur_first: bool) -> None:
         check_bool(blur_first, "blur_first")
         self.blur_first = blur_first
         channels = self.in_channels if blur_first else self.out_channels
-        self.register_buffer(
-            "blur_filter",
-            _blur_kernel(channels, device=self.weight.device, dtype=self.weight.dtype),
-            persistent=False,
-        )
+        self._register_taps(channels, device=self.weight.device, dtype=self.weight.dtype)
 
     @classmethod
     def from_conv2d(
@@ -454,25 +668,28 @@ class BlurConv2d(nn.Conv2d):
         if not isinstance(conv, nn.Conv2d):
             raise TypeError(f"conv must be an nn.Conv2d, got {type(conv).__name__}")
         new = clone_module_as(conv, cls)
+        assert isinstance(new, BlurConv2d)
         new._init_blur(blur_first)
         return new
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        taps = self.blur_taps
         if self.blur_first:
-            return super().forward(blur_2d(input, stride=1, filter=self.blur_filter))
+            check_ndim(input, "input", 4, "(B, C, H, W)")
+            return super().forward(_separable_blur(input, taps, taps, (1, 1)))
         if self.padding_mode != "zeros":
             input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
             padding = 0
         else:
             padding = self.padding
         full = F.conv2d(input, self.weight, self.bias, 1, padding, self.dilation, self.groups)
-        return blur_2d(full, stride=self.stride, filter=self.blur_filter)
+        return _separable_blur(full, taps, taps, self.stride)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", blur_first={self.blur_first}"
 
 
-class BlurMaxPool2d(nn.MaxPool2d):
+class BlurMaxPool2d(_BlurTaps, nn.MaxPool2d):
     """A :class:`torch.nn.MaxPool2d` with anti-aliasing: max at stride 1, then blur-downsample.
 
     See :func:`blurmax_pool2d`. ``return_indices`` is not available (the blurred output has no
@@ -480,7 +697,12 @@ class BlurMaxPool2d(nn.MaxPool2d):
 
     Shape:
         - Input: (B, C, H, W)
-        - Output: (B, C, H_out, W_out), as :class:`torch.nn.MaxPool2d` with ``ceil_mode=False``.
+        - Output: (B, C, H_out, W_out), exactly as :class:`torch.nn.MaxPool2d` with the same
+          arguments (``ceil_mode`` included).
+
+    The filter's taps are the non-persistent buffer ``blur_taps`` (see ``BlurConv2d``). The
+    forward pass reads no tensor value on the host and compiles without a graph break; it
+    keeps the input's dtype (under autocast, whatever dtype reaches it).
 
     Example:
         >>> pool = BlurMaxPool2d(3, stride=2, padding=1)
@@ -490,8 +712,6 @@ class BlurMaxPool2d(nn.MaxPool2d):
     Reference:
         Zhang, "Making Convolutional Networks Shift-Invariant Again", ICML 2019.
     """
-
-    blur_filter: torch.Tensor
 
     def __init__(
         self,
@@ -505,7 +725,7 @@ class BlurMaxPool2d(nn.MaxPool2d):
         self._init_blur()
 
     def _init_blur(self) -> None:
-        self.register_buffer("blur_filter", _blur_kernel(None), persistent=False)
+        self._register_taps(None)
 
     @classmethod
     def from_maxpool2d(cls, pool: nn.MaxPool2d, module_index: int | None = None) -> BlurMaxPool2d:
@@ -520,23 +740,27 @@ class BlurMaxPool2d(nn.MaxPool2d):
         return cls(pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return blurmax_pool2d(
+        return _blurmax(
             input,
             self.kernel_size,
             self.stride,
             self.padding,
             self.dilation,
             self.ceil_mode,
-            filter=self.blur_filter,
+            None,
+            self.blur_taps,
         )
 
 
-class BlurPool2d(nn.Module):
+class BlurPool2d(_BlurTaps, nn.Module):
     """Blur every channel with the 3x3 binomial filter, downsampling by ``stride``.
 
     A module form of :func:`blur_2d` (zero padding keeps the size at stride 1). With
-    ``channels > 0`` the filter is stored expanded to ``(channels, 1, 3, 3)``; with
-    ``channels=0`` it adapts to the input's channel count.
+    ``channels > 0`` the input must have that many channels (``blur_filter`` is then
+    ``(channels, 1, 3, 3)``); with ``channels=0`` any channel count is accepted. The filter's
+    taps are the non-persistent buffer ``blur_taps`` (see ``BlurConv2d``); the forward pass
+    reads no tensor value on the host, compiles without a graph break and keeps the input's
+    dtype.
 
     Args:
         stride: downsampling factor along H and W (int or pair).
@@ -555,8 +779,6 @@ class BlurPool2d(nn.Module):
         Zhang, "Making Convolutional Networks Shift-Invariant Again", ICML 2019.
     """
 
-    blur_filter: torch.Tensor
-
     def __init__(
         self, stride: int | tuple[int, int] = 2, padding: int = 1, *, channels: int = 0
     ) -> None:
@@ -568,10 +790,15 @@ class BlurPool2d(nn.Module):
                 f"stride 1), got {padding!r}"
             )
         self.stride = check_pair(stride, "stride", minimum=1)
-        self.register_buffer("blur_filter", _blur_kernel(self.channels or None), persistent=False)
+        self._register_taps(self.channels or None)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return blur_2d(input, stride=self.stride, filter=self.blur_filter)
+        check_ndim(input, "input", 4, "(B, C, H, W)")
+        if self.channels and input.shape[1] != self.channels:
+            raise ValueError(
+                f"input must have channels={self.channels} channels, got shape {tuple(input.shape)}"
+            )
+        return _separable_blur(input, self.blur_taps, self.blur_taps, self.stride)
 
     def extra_repr(self) -> str:
         return f"channels={self.channels}, stride={self.stride}"
@@ -597,9 +824,9 @@ def apply_blurpool(
     pretrained weights, optimizer state and state_dict keys are all kept; only exact
     ``nn.Conv2d``/``nn.MaxPool2d`` instances are converted (subclasses with their own
     ``forward``, and layers already converted by this or another transform, are left alone),
-    which makes the transform idempotent. Max-pools with ``return_indices=True`` or
-    ``ceil_mode=True`` are skipped: the first have no blurred equivalent and for the second
-    the blurred pooling does not reproduce the ceil-mode output size.
+    which makes the transform idempotent. Max-pools with ``return_indices=True`` are skipped
+    (a blurred max has no indices); ``ceil_mode=True`` pools are converted, and keep their
+    output size exactly (see :func:`blurmax_pool2d`).
 
     Args:
         model: the model to change in place.
@@ -641,7 +868,7 @@ def apply_blurpool(
 
     def convert_pool(pool: nn.Module, _index: int) -> nn.Module | None:
         assert isinstance(pool, nn.MaxPool2d)
-        if pool.return_indices or pool.ceil_mode or not _is_strided(pool.stride):
+        if pool.return_indices or not _is_strided(pool.stride):
             return None
         return BlurMaxPool2d.from_maxpool2d(pool)
 
@@ -659,7 +886,7 @@ def apply_blurpool(
                 replace_maxpools,
                 nn.MaxPool2d,
                 convert_pool,
-                "strided nn.MaxPool2d (ceil_mode=False, return_indices=False)",
+                "strided nn.MaxPool2d (return_indices=False)",
             ),
         ],
         optimizers,

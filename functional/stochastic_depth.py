@@ -5,12 +5,18 @@ The stochastic blocks subclass the blocks they replace (torchvision's ``Bottlene
 ``1 / (1 - p)`` while training (inverted scaling), so evaluation computes exactly what the
 unmodified model computes.
 
-``'block'`` decisions are drawn on the host, from a CPU generator the transform gives the
-model, before the branch runs: a dropped branch is not computed at all (that is the speed-up),
-and no decision ever waits for the device. ``'sample'`` decisions are a per-sample mask drawn
-on the activations' device, so no block synchronises with the host either. Under
-``DistributedDataParallel``, ``'block'`` needs ``find_unused_parameters=True`` (a dropped
-branch's parameters get no gradient in that step); ``'sample'`` does not.
+In eager mode, ``'block'`` decisions are drawn on the host, from a CPU generator the transform
+gives the model, before the branch runs: a dropped branch is not computed at all (that is the
+speed-up), and no decision ever waits for the device. Under ``torch.compile`` (or with
+``skip_dropped=False``) the decision is a 0-d device tensor multiplying the branch, so the one
+compiled graph draws fresh decisions at every step. ``'sample'`` decisions are a per-sample
+mask drawn on the activations' device, so no block synchronises with the host either. Under
+``DistributedDataParallel``, eager ``'block'`` needs ``find_unused_parameters=True`` (a dropped
+branch's parameters get no gradient in that step); the device paths do not.
+
+The drop rate of each block is also held in a 0-d int64 buffer, read by compiled graphs, so
+:func:`set_stochastic_depth_drop_rate` (with the schedule :func:`stochastic_depth_drop_rate`,
+the seed's ``drop_warmup``) changes it without recompiling.
 
 Other residual blocks plug in through :func:`register_stochastic_block`.
 """
@@ -44,6 +50,8 @@ __all__ = [
     "StochasticBottleneck",
     "apply_stochastic_depth",
     "register_stochastic_block",
+    "set_stochastic_depth_drop_rate",
+    "stochastic_depth_drop_rate",
 ]
 
 _METHODS = ("block", "sample")
@@ -102,7 +110,8 @@ class _DropGenerators:
             self._host = random.Random(self.seed if self.shared else _mix(self.seed, _rank()))
         return self._host
 
-    def _get(self, device: torch.device, shared: bool) -> torch.Generator:
+    def get(self, device: torch.device, *, shared: bool) -> torch.Generator:
+        """The generator of ``device``: the shared stream, or this rank's own."""
         key = (str(device), shared)
         generator = self._generators.get(key)
         if generator is None:
@@ -111,8 +120,17 @@ class _DropGenerators:
             self._generators[key] = generator
         return generator
 
-    def sample(self, device: torch.device) -> torch.Generator:
-        return self._get(device, False)
+
+# Drop rates are also kept on the device as an integer number of units of 2**-24 (the
+# resolution of float32 uniforms), in a 0-d int64 buffer: compiled graphs read the rate from it
+# (so a new rate is a new value, not a new graph), and ``model.to(torch.bfloat16)`` leaves it
+# exact (dtype conversions touch floating buffers only).
+_RATE_BITS = 24
+_RATE_ONE = 1 << _RATE_BITS
+
+
+def _rate_units(p: float) -> int:
+    return round(p * _RATE_ONE)
 
 
 class StochasticBlock(nn.Module):
@@ -120,12 +138,29 @@ class StochasticBlock(nn.Module):
 
     A subclass defines ``forward`` and scales its residual branch with :meth:`drop_branch`
     (or adds it to the shortcut with :meth:`add_branch`). The attributes ``drop_rate`` (in
-    [0, 1]) and ``stochastic_method`` (``'block'`` or ``'sample'``) may be changed at any time,
-    for instance to warm the drop rate up.
+    [0, 1]) and ``stochastic_method`` (``'block'`` or ``'sample'``) may be changed at any time;
+    to warm the rate up from the training loop use :func:`set_stochastic_depth_drop_rate`.
+
+    How a decision is made (see :func:`apply_stochastic_depth` for the trade-offs):
+
+    - eager ``'block'`` with ``skip_dropped=True`` (default): drawn on the host from a CPU
+      stream before the branch runs; a dropped branch is never computed. A host decision, not a
+      device read: nothing waits for the device.
+    - ``'block'`` under ``torch.compile``, or eager with ``skip_dropped=False``: a 0-d device
+      tensor ``m`` (0 or ``1/(1-p)``) multiplies the branch, which always runs.
+    - ``'sample'``: a ``(B, 1, ...)`` device tensor, drawn on the branch's device.
+
+    Under ``torch.compile`` the rate is read from the 0-d buffer ``drop_rate_units`` (``p`` in
+    units of ``2**-24``), so changing ``drop_rate`` never recompiles, and the draws come from
+    torch's default generator of the device (dynamo cannot trace a ``torch.Generator``): seed it
+    (``torch.manual_seed``) on every rank for reproducible or rank-shared decisions.
     """
 
-    drop_rate: float
     stochastic_method: str
+    skip_dropped: bool
+    drop_rate_units: torch.Tensor
+    _drop_rate: float
+    _drop_rate_share: float
     _drop_generators: _DropGenerators | None
 
     def _init_stochastic(
@@ -133,17 +168,52 @@ class StochasticBlock(nn.Module):
         drop_rate: float,
         stochastic_method: str,
         generators: _DropGenerators | None = None,
+        *,
+        share: float = 1.0,
+        skip_dropped: bool = True,
     ) -> None:
-        self.drop_rate = check_probability(drop_rate, "drop_rate")
         check_one_of(stochastic_method, "stochastic_method", _METHODS)
+        check_bool(skip_dropped, "skip_dropped")
+        device = next((t.device for t in (*self.parameters(), *self.buffers())), None)
+        self.register_buffer(
+            "drop_rate_units", torch.zeros((), dtype=torch.int64, device=device), persistent=False
+        )
+        self.drop_rate = drop_rate
         self.stochastic_method = stochastic_method
+        self.skip_dropped = skip_dropped
+        self._drop_rate_share = share
         self._drop_generators = generators
 
+    @property
+    def drop_rate(self) -> float:
+        """This block's drop probability ``p`` in [0, 1]."""
+        return self._drop_rate
+
+    @drop_rate.setter
+    def drop_rate(self, value: float) -> None:
+        self._set_drop_rate(check_probability(value, "drop_rate"))
+
+    def _set_drop_rate(self, p: float) -> None:
+        """Store a checked rate: the float, and the device buffer when it changed."""
+        if getattr(self, "_drop_rate", None) == p:
+            return
+        self._drop_rate = p
+        units = self._buffers.get("drop_rate_units")
+        if units is None:
+            return
+        if units.is_inference() and not torch.is_inference_mode_enabled():
+            self._buffers["drop_rate_units"] = torch.full_like(units, _rate_units(p))
+        else:
+            with torch.no_grad():
+                units.fill_(_rate_units(p))
+
     def block_scale(self) -> float | None:
-        """This forward's ``'block'`` decision, drawn on the host: ``0.0`` (dropped) or
+        """This forward's eager ``'block'`` decision, drawn on the host: ``0.0`` (dropped) or
         ``1 / (1 - p)`` (kept); ``None`` outside training, at rate 0 or in ``'sample'`` mode."""
-        p = self.drop_rate
-        if not self.training or p == 0 or self.stochastic_method != "block":
+        if not self.training or self.stochastic_method != "block":
+            return None
+        p = self._drop_rate
+        if p == 0:
             return None
         gens = self._drop_generators
         draw = gens.host().random() if gens is not None else float(torch.rand(()))
@@ -151,24 +221,60 @@ class StochasticBlock(nn.Module):
             return 0.0
         return 1.0 / (1.0 - p)
 
+    def _generator(self, device: torch.device, *, shared: bool) -> torch.Generator | None:
+        gens = self._drop_generators
+        if gens is None or device.type == "meta":
+            return None
+        return gens.get(device, shared=shared and gens.shared)
+
     def sample_scale(self, branch: torch.Tensor) -> torch.Tensor | None:
         """The ``'sample'`` factors, a (B, 1, ...) tensor of 0 or ``1 / (1 - p)`` drawn on the
         branch's device; ``None`` outside training, at rate 0 or in ``'block'`` mode."""
-        p = self.drop_rate
-        if not self.training or p == 0 or self.stochastic_method != "sample":
+        if not self.training or self.stochastic_method != "sample":
             return None
-        gens = self._drop_generators
-        generator = gens.sample(branch.device) if gens is not None else None
+        if torch.compiler.is_compiling():
+            return self.device_scale(branch)
+        p = self._drop_rate
+        if p == 0:
+            return None
+        generator = self._generator(branch.device, shared=False)
         shape = (branch.shape[0],) + (1,) * (branch.ndim - 1)
         keep = (torch.rand(shape, device=branch.device, generator=generator) >= p).to(branch.dtype)
         return keep * (1.0 / (1.0 - p)) if p < 1 else keep
 
+    def device_scale(self, branch: torch.Tensor) -> torch.Tensor:
+        """The drop factors as a device tensor, ``0`` or ``1 / (1 - p)`` in ``branch``'s dtype:
+        0-d in ``'block'`` mode, ``(B, 1, ...)`` in ``'sample'`` mode.
+
+        Reads ``p`` from the buffer ``drop_rate_units`` (never from the Python float), so a
+        compiled graph does not specialise on the rate. Eager calls draw from the model's
+        generator of the device; compiled ones from torch's default generator.
+        """
+        units = self.drop_rate_units.to(branch.device)
+        block = self.stochastic_method == "block"
+        shape = () if block else (branch.shape[0],) + (1,) * (branch.ndim - 1)
+        generator = None
+        if not torch.compiler.is_compiling():
+            generator = self._generator(branch.device, shared=block)
+        draw = torch.rand(shape, device=branch.device, generator=generator)
+        keep = draw * _RATE_ONE >= units  # draws are multiples of 2**-24: exact
+        scale = torch.where(keep, _RATE_ONE / (_RATE_ONE - units).to(draw.dtype), 0.0)
+        return scale.to(branch.dtype)
+
+    def _use_device_decision(self) -> bool:
+        return torch.compiler.is_compiling() or (
+            self.stochastic_method == "block" and not self.skip_dropped
+        )
+
     def drop_branch(self, branch: torch.Tensor | Callable[[], torch.Tensor]) -> torch.Tensor | None:
         """``branch`` times its drop factor (``branch`` itself outside training).
 
-        ``branch`` may be a zero-argument callable computing it: a block dropped in ``'block'``
-        mode then never calls it and returns ``None`` (nothing to add).
+        ``branch`` may be a zero-argument callable computing it: a block dropped in eager
+        ``'block'`` mode then never calls it and returns ``None`` (nothing to add).
         """
+        if self.training and self._use_device_decision():
+            value = branch() if callable(branch) else branch
+            return value * self.device_scale(value)
         block = self.block_scale()
         if block == 0.0:
             return None
@@ -194,6 +300,9 @@ class StochasticBlock(nn.Module):
         *,
         in_place: bool,
     ) -> torch.Tensor:
+        if self.training and self._use_device_decision():
+            value = branch() if callable(branch) else branch
+            return torch.addcmul(shortcut, value, self.device_scale(value))
         block = self.block_scale()
         if block == 0.0:
             return shortcut
@@ -219,10 +328,15 @@ class _TorchvisionResidual(StochasticBlock):
     mixed in before the torchvision block, computes the residual branch in ``_branch``."""
 
     def __init__(
-        self, *args, drop_rate: float = 0.2, stochastic_method: str = "block", **kwargs
+        self,
+        *args,
+        drop_rate: float = 0.2,
+        stochastic_method: str = "block",
+        skip_dropped: bool = True,
+        **kwargs,
     ) -> None:
         super().__init__(*args, **kwargs)
-        self._init_stochastic(drop_rate, stochastic_method)
+        self._init_stochastic(drop_rate, stochastic_method, skip_dropped=skip_dropped)
 
     def _branch(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -244,6 +358,8 @@ class StochasticBottleneck(_TorchvisionResidual, Bottleneck):
         *args, **kwargs: the ``Bottleneck`` arguments.
         drop_rate: probability ``p`` of dropping the branch.
         stochastic_method: ``'block'`` or ``'sample'``.
+        skip_dropped: in eager ``'block'`` mode, decide on the host and skip a dropped branch
+            (``True``) or multiply it by a device decision (``False``).
 
     Shape:
         - Input: (B, C_in, H, W)
@@ -346,6 +462,7 @@ def apply_stochastic_depth(
     optimizers: OptimizerArg = None,
     *,
     seed: int | None = None,
+    skip_dropped: bool = True,
 ) -> nn.Module:
     """Give the residual blocks of ``model`` stochastic depth, in place.
 
@@ -368,10 +485,30 @@ def apply_stochastic_depth(
     here when ``torch.distributed`` is initialised, so call this on every rank, after
     ``init_process_group``), and every rank drops the same blocks at every step; with ``False``
     each rank's stream is seeded by (seed, rank), so ranks decide independently.
-    ``'sample'`` decisions always come from the rank's own stream. ``'block'`` decisions are
-    drawn on the host before the branch runs, and a dropped branch is skipped entirely (wrap
-    the model in ``DistributedDataParallel(..., find_unused_parameters=True)``); ``'sample'``
-    masks are drawn on the device. Neither ever waits for the device.
+    ``'sample'`` decisions always come from the rank's own stream. Neither mode ever waits
+    for the device.
+
+    Two ways to decide in ``'block'`` mode:
+
+    - eager mode with ``skip_dropped=True`` (default): the decision is drawn on the host (from
+      a CPU stream, so no device read) before the branch runs, and a dropped branch is not
+      computed at all: the step saves that branch's forward and backward. Wrap the model in
+      ``DistributedDataParallel(..., find_unused_parameters=True)`` (a dropped branch's
+      parameters get no gradient in that step).
+    - under ``torch.compile`` (chosen automatically, ``torch.compiler.is_compiling()``) or
+      with ``skip_dropped=False``: the decision is a 0-d device tensor ``m`` (0 or
+      ``1/(1-p)``) and the block adds ``m · branch``; every branch runs (no saving), but the
+      graph is one graph for every draw and every rate (no break, no recompile), all
+      parameters get a (zero) gradient, and nothing depends on host values (CUDA graphs).
+
+    The two paths differ only in what a dropped branch leaves behind: skipped, its BatchNorm
+    statistics are not updated and its parameters get no gradient (``None``: momentum and
+    weight decay skip them that step); multiplied by 0, its statistics are updated and its
+    gradients are zero. A host decision cannot be traced: compiled, it would be drawn once and
+    replayed at every step. Use the default in eager training (the saving grows with ``drop_rate``); under
+    ``torch.compile`` the device decision is used whatever ``skip_dropped`` says (measured on
+    a CPU ResNet in ``benchmarks/models.py``). Compiled draws come from torch's default
+    generator of the device (dynamo cannot trace a ``torch.Generator``), not from ``seed``.
 
     Args:
         model: the model to change in place.
@@ -385,6 +522,8 @@ def apply_stochastic_depth(
         use_same_gpu_seed: same block decisions on every rank (``True``) or independent ones.
         optimizers: accepted for uniformity; every parameter is kept, so they need no change.
         seed: the seed of the drop decisions (keyword only).
+        skip_dropped: eager ``'block'`` mode skips dropped branches (``True``) or multiplies
+            them by a device decision (``False``) (keyword only; see above).
 
     Returns:
         ``model``, changed in place.
@@ -409,6 +548,7 @@ def apply_stochastic_depth(
     drop_rate = check_probability(drop_rate, "drop_rate")
     check_one_of(drop_distribution, "drop_distribution", _DISTRIBUTIONS)
     check_bool(use_same_gpu_seed, "use_same_gpu_seed")
+    check_bool(skip_dropped, "skip_dropped")
     if seed is not None:
         seed = check_int(seed, "seed", minimum=0)
 
@@ -420,17 +560,105 @@ def apply_stochastic_depth(
         )
         return model
     generators = _DropGenerators(_agreed_seed(seed), shared=use_same_gpu_seed)
-    rate_of: Callable[[int], float]
+    share_of: Callable[[int], float]
     if drop_distribution == "linear":
-        rate_of = lambda index: drop_rate * (index + 1) / count  # noqa: E731
+        share_of = lambda index: (index + 1) / count  # noqa: E731
     else:
-        rate_of = lambda index: drop_rate  # noqa: E731
+        share_of = lambda index: 1.0  # noqa: E731
 
     def convert(block: nn.Module, index: int) -> nn.Module:
         new = clone_module_as(block, stochastic)
         assert isinstance(new, StochasticBlock)
-        new._init_stochastic(min(rate_of(index), 1.0), stochastic_method, generators)
+        share = share_of(index)
+        new._init_stochastic(
+            min(drop_rate * share, 1.0),
+            stochastic_method,
+            generators,
+            share=share,
+            skip_dropped=skip_dropped,
+        )
         return new
 
     replace_module_classes(model, {target: convert}, optimizers=optimizers, exact_type=True)
     return model
+
+
+def stochastic_depth_drop_rate(
+    progress: float, drop_rate: float = 0.2, drop_warmup: float = 0.0
+) -> float:
+    r"""The base drop rate of stochastic depth at a point of training (the seed's ``drop_warmup``).
+
+    Rises linearly from 0 to ``drop_rate`` over the first ``drop_warmup`` fraction of
+    training, then stays at ``drop_rate``:
+
+    .. math::
+        p(t) = p \cdot \min\!\Bigl(1, \frac{t}{w}\Bigr) \quad (w > 0), \qquad
+        p(t) = p \quad (w = 0)
+
+    Pass the result to :func:`set_stochastic_depth_drop_rate` from the training loop; the
+    per-block distribution chosen in :func:`apply_stochastic_depth` is kept.
+
+    Args:
+        progress: fraction of training done, in ``[0, 1]``.
+        drop_rate: the base drop rate after warm-up, in ``[0, 1]``.
+        drop_warmup: fraction of training over which the rate warms up, in ``[0, 1]``
+            (0: no warm-up).
+
+    Returns:
+        The base drop rate, in ``[0, drop_rate]``, non-decreasing in ``progress``.
+
+    Example:
+        >>> import functional as F
+        >>> [F.stochastic_depth_drop_rate(t, 0.2, drop_warmup=0.5) for t in (0.0, 0.25, 0.5, 1.0)]
+        [0.0, 0.1, 0.2, 0.2]
+    """
+    progress = check_probability(progress, "progress")
+    drop_rate = check_probability(drop_rate, "drop_rate")
+    drop_warmup = check_probability(drop_warmup, "drop_warmup")
+    if drop_warmup == 0 or progress >= drop_warmup:
+        return drop_rate
+    return drop_rate * progress / drop_warmup
+
+
+def set_stochastic_depth_drop_rate(model: nn.Module, drop_rate: float) -> int:
+    """Set the base drop rate of a model converted by :func:`apply_stochastic_depth`, in place.
+
+    Each stochastic block gets ``min(drop_rate · share, 1)``, where ``share`` is its place in
+    the distribution chosen at conversion (``l / L`` for ``'linear'``, 1 for ``'uniform'``; 1
+    for a block built directly). Meant to be called every step (for instance with
+    :func:`stochastic_depth_drop_rate`): an unchanged rate costs a comparison per block, a new
+    one a ``fill_`` of each block's 0-d buffer ``drop_rate_units``. A compiled model reads the
+    rate from those buffers, so it does not recompile when the rate changes.
+
+    Args:
+        model: a model (or a single block) converted by :func:`apply_stochastic_depth`.
+        drop_rate: the new base drop rate, in ``[0, 1]``.
+
+    Returns:
+        The number of blocks updated.
+
+    Raises:
+        ValueError: when ``model`` has no stochastic block (a loop calling this on an
+            unconverted model would silently train without stochastic depth).
+
+    Example:
+        >>> from torchvision.models import resnet50
+        >>> model = apply_stochastic_depth(resnet50(), "block", "ResNetBottleneck", drop_rate=0.2)
+        >>> set_stochastic_depth_drop_rate(model, 0.1)
+        16
+        >>> round(model.layer4[-1].drop_rate, 3), round(model.layer1[0].drop_rate, 5)
+        (0.1, 0.00625)
+    """
+    check_module(model)
+    drop_rate = check_probability(drop_rate, "drop_rate")
+    count = 0
+    for block in model.modules():
+        if isinstance(block, StochasticBlock):
+            block._set_drop_rate(min(drop_rate * block._drop_rate_share, 1.0))
+            count += 1
+    if count == 0:
+        raise ValueError(
+            "model must contain stochastic blocks (convert it with apply_stochastic_depth "
+            f"first), got a {type(model).__name__} without any"
+        )
+    return count

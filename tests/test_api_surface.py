@@ -56,6 +56,8 @@ EXTENSIONS = {
         "alibi_registry", "AlibiContext", "AlibiBias", "alibi_bias", "alibi_slopes",
         # evaluation with EMA weights
         "swap_ema_weights", "use_ema_weights",
+        # stochastic depth's drop_warmup (issue 14): a schedule and a per-step setter
+        "stochastic_depth_drop_rate", "set_stochastic_depth_drop_rate",
     ],
     "augment": ["color_original", "contrast_original", "brightness_original", "sharpness_original"],
 }

@@ -66,7 +66,89 @@ def test_blurconv_shares_parameters_and_keys():
     assert list(blur.state_dict()) == list(conv.state_dict()) == ["weight", "bias"]
     assert blur.blur_filter.shape == (16, 1, 3, 3)
     torch.testing.assert_close(blur.blur_filter.sum(dim=(1, 2, 3)), torch.ones(16))
+    assert "blur_taps" not in blur.state_dict()
     assert "blur_first=True" in repr(blur)
+
+
+def test_blurconv_positional_arguments_as_in_the_seed():
+    """Composer's order: (in, out, k, stride, padding, dilation, groups, bias, blur_first)."""
+    conv = BlurConv2d(8, 4, 3, 2, 1, 1, 2, False, False)
+    assert (conv.stride, conv.padding, conv.dilation, conv.groups) == ((2, 2), (1, 1), (1, 1), 2)
+    assert conv.bias is None and conv.blur_first is False
+    assert conv.blur_filter.shape == (4, 1, 3, 3)  # blurs the output: out_channels
+    assert BlurConv2d(8, 4, 3).stride == (1, 1) and BlurConv2d(8, 4, 3, None).stride == (1, 1)
+    x = torch.randn(2, 8, 9, 9)
+    plain = nn.Conv2d(8, 4, 3, 1, 1, 1, 2, False)
+    plain.weight = conv.weight
+    torch.testing.assert_close(conv(x), blur_2d(plain(x), stride=2))
+    with pytest.raises(TypeError, match="blur_first must be a bool"):
+        BlurConv2d(8, 4, 3, 2, 1, 1, 1, True, "reflect")
+    with pytest.raises(TypeError):  # padding_mode is keyword-only
+        BlurConv2d(8, 4, 3, 2, 1, 1, 1, True, True, "reflect")
+    assert BlurConv2d(8, 4, 3, 2, 1, padding_mode="reflect").padding_mode == "reflect"
+
+
+def test_layer_taps_edits_are_seen_and_filter_is_derived():
+    """The layers' filter is outer(blur_taps, blur_taps): every edit of the buffer is seen."""
+    x = torch.rand(2, 4, 20, 20)
+    pool = BlurPool2d(channels=4)
+    conv = BlurConv2d(4, 4, 3, 2, 1)
+    maxpool = BlurMaxPool2d(2)
+    new_taps = torch.tensor([0.5, 0.0, 0.5])
+    expected_filter = torch.outer(new_taps, new_taps)
+    for edit in ("data", "copy_", "numpy"):
+        for layer in (pool, conv, maxpool):
+            layer.blur_taps = torch.tensor([0.25, 0.5, 0.25])
+            layer(x)  # a call before the edit
+            if edit == "data":
+                layer.blur_taps.data = new_taps.clone()
+            elif edit == "copy_":
+                layer.blur_taps.data.copy_(new_taps)
+            else:
+                layer.blur_taps.numpy()[:] = new_taps.numpy()
+            torch.testing.assert_close(layer.blur_filter.reshape(-1, 3, 3)[0], expected_filter)
+        torch.testing.assert_close(pool(x), blur_2d(x, 2, expected_filter))
+        plain = nn.Conv2d(4, 4, 3, 2, 1)
+        plain.weight, plain.bias = conv.weight, conv.bias
+        torch.testing.assert_close(conv(x), plain(blur_2d(x, 1, expected_filter)))
+        dense = torch.nn.functional.max_pool2d(x, 2, 1)
+        torch.testing.assert_close(maxpool(x), blur_2d(dense, 2, expected_filter))
+
+
+def _blurpooled_resnet() -> nn.Module:
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    apply_blurpool(model)
+    return model.eval()
+
+
+@pytest.mark.parametrize("convert", ["double", "bfloat16", "build_inside"])
+def test_inference_mode_on_converted_or_built_models(convert):
+    """Issue 13.1: a blurpooled model converted with .double()/.to(bfloat16), or built inside
+    inference_mode, runs under inference_mode on 64x64 images (planes >= 256 pixels)."""
+    x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    reference_model = _blurpooled_resnet()
+    with torch.no_grad():
+        reference = reference_model(x)
+    if convert == "build_inside":
+        with torch.inference_mode():
+            model = _blurpooled_resnet()
+            out = model(x)
+        dtype = torch.float32
+    else:
+        dtype = torch.float64 if convert == "double" else torch.bfloat16
+        model = _blurpooled_resnet()
+        with torch.inference_mode():  # deployment code converts and runs inside the block
+            model = model.double() if convert == "double" else model.to(torch.bfloat16)
+            out = model(x.to(dtype))
+            out_again = model(x.to(dtype))
+        assert torch.equal(out, out_again)
+        with torch.no_grad():  # and outside it (inference tensors cannot be saved for backward)
+            assert torch.equal(model(x.to(dtype)), out)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    tol = 0.1 if dtype == torch.bfloat16 else 1e-4
+    scale = reference.abs().max()
+    torch.testing.assert_close(out.float() / scale, reference / scale, rtol=tol, atol=tol)
 
 
 def test_blurconv_constructor_and_validation():
@@ -180,7 +262,6 @@ def test_apply_blurpool_no_effect_and_skips():
         nn.Conv2d(3, 32, 3, stride=2),  # too few input channels
         nn.Conv2d(32, 32, 3),  # not strided
         nn.MaxPool2d(3, stride=1),  # not strided
-        nn.MaxPool2d(2, ceil_mode=True),  # ceil mode
         nn.MaxPool2d(2, return_indices=True),  # indices
     )
     assert_no_effect(lambda: apply_blurpool(model), "strided nn.Conv2d with in_channels >= 16")
@@ -188,6 +269,16 @@ def test_apply_blurpool_no_effect_and_skips():
     assert_no_effect(
         lambda: apply_blurpool(model, replace_convs=False, replace_maxpools=False), "both False"
     )
+
+
+def test_apply_blurpool_converts_ceil_mode_pools_keeping_their_size():
+    """blurmax_pool2d reproduces ceil_mode output sizes, so apply_blurpool converts them."""
+    model = nn.Sequential(nn.MaxPool2d(3, stride=2, ceil_mode=True))
+    x = torch.randn(2, 3, 10, 9)
+    expected_shape = model(x).shape
+    apply_blurpool(model)
+    assert type(model[0]) is BlurMaxPool2d and model[0].ceil_mode
+    assert model(x).shape == expected_shape
 
 
 def test_apply_blurpool_validation():

@@ -45,15 +45,18 @@ def test_any_filter_matches_reference(k_h, k_w, stride) -> None:
         torch.testing.assert_close(F.blur_2d(x, stride, filt), expected)
 
 
-def test_separable_filters_take_the_fast_path_and_others_do_not() -> None:
-    sep = blurpool._separable_taps(DEFAULT.view(1, 1, 3, 3))
-    assert sep is not None
-    col, row = sep
-    torch.testing.assert_close(torch.outer(torch.tensor(col), torch.tensor(row)), DEFAULT)
-    assert blurpool._separable_taps(DEFAULT.expand(4, 1, 3, 3)) is not None
-    different = torch.stack([DEFAULT, 2 * DEFAULT]).unsqueeze(1)
-    assert blurpool._separable_taps(different) is None
-    assert blurpool._separable_taps(torch.eye(3).view(1, 1, 3, 3)) is None
+@pytest.mark.parametrize("stride", [1, 2, (1, 3)])
+@pytest.mark.parametrize("k", [3, 2, 5])
+def test_tensor_taps_kernel_matches_convolution(k, stride) -> None:
+    """The CPU kernel with taps given as tensors (a layer's buffer) computes outer(col, row)."""
+    gen = torch.Generator().manual_seed(k)
+    col = torch.randn(k, generator=gen, dtype=torch.float64)
+    row = torch.randn(k, generator=gen, dtype=torch.float64)
+    x = _x(2, 3, 20, 17)
+    strides = blurpool.check_pair(stride, "stride")
+    got = blurpool._separable_blur(x, col, row, strides)
+    want = blurpool._blur_conv(x, torch.outer(col, row).view(1, 1, k, k), strides)
+    torch.testing.assert_close(got, want)
 
 
 @pytest.mark.parametrize("size", [(11, 9), (3, 4), (1, 7)])
@@ -69,7 +72,7 @@ def test_cache_blocked_kernel_matches_convolution(monkeypatch, dtype, layout, st
     elif layout == "strided":
         x = torch.cat([x, x], dim=-1)[..., ::2]
     out = F.blur_2d(x, stride)
-    expected = blurpool._blur_conv(x.contiguous(), None, (stride, stride))
+    expected = blurpool._blur_conv(x.contiguous(), DEFAULT.view(1, 1, 3, 3), (stride, stride))
     assert out.dtype == dtype
     if layout == "channels_last":
         assert out.is_contiguous(memory_format=torch.channels_last)
@@ -222,8 +225,148 @@ def test_small_and_large_planes_agree_with_the_convolution(side):
     weight = torch.outer(*(torch.tensor([1.0, 2.0, 1.0], dtype=torch.float64),) * 2) / 16
     for stride in (1, 2):
         got = F.blur_2d(x, stride)
-        want = torch.nn.functional.conv2d(x, weight.expand(5, 1, 3, 3), stride=stride, padding=1, groups=5)
+        want = torch.nn.functional.conv2d(
+            x, weight.expand(5, 1, 3, 3), stride=stride, padding=1, groups=5
+        )
         torch.testing.assert_close(got, want)
         (g_got,) = torch.autograd.grad(got.sum(), x)
         (g_want,) = torch.autograd.grad(want.sum(), x)
         torch.testing.assert_close(g_got, g_want)
+
+
+@pytest.mark.parametrize("edit", ["data_assign", "data_copy", "numpy_view"])
+@pytest.mark.parametrize("side", [8, 20])
+def test_filter_edits_are_always_seen(edit, side):
+    """Issue 13.2: no cache keyed by id()/_version, so every way of editing a filter is seen."""
+    x = _x(2, 3, side, side, dtype=torch.float32)
+    filt = DEFAULT.clone()
+    torch.testing.assert_close(F.blur_2d(x, filter=filt), F.blur_2d(x))
+    new = torch.outer(torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0.0, 1.0, 0.0])) / 2
+    if edit == "data_assign":
+        filt.data = new.clone()
+    elif edit == "data_copy":
+        filt.data.copy_(new)
+    else:
+        filt.numpy()[:] = new.numpy()
+    expected = torch.nn.functional.conv2d(x, new.expand(3, 1, 3, 3), padding=1, groups=3)
+    torch.testing.assert_close(F.blur_2d(x, filter=filt), expected)
+    torch.testing.assert_close(
+        F.blurmax_pool2d(x, 2, filter=filt),
+        torch.nn.functional.conv2d(
+            torch.nn.functional.max_pool2d(x, 2, 1),
+            new.expand(3, 1, 3, 3),
+            stride=2,
+            padding=1,
+            groups=3,
+        ),
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.uint8])
+@pytest.mark.parametrize("side", [6, 20])
+def test_integer_extremes_do_not_wrap(dtype, side):
+    """A blur is a convex combination: on a constant image at the dtype's maximum the interior
+    stays at the maximum and nothing wraps around to the minimum."""
+    info = torch.iinfo(dtype)
+    x = torch.full((1, 2, side, side), info.max, dtype=dtype)
+    for out in (F.blur_2d(x), F.blur_2d(x, 2), F.blurmax_pool2d(x, 2), F.blur_2d(x, 1, DEFAULT)):
+        assert out.dtype == dtype
+        assert out.min() >= 0, "a value wrapped around"
+        assert out[..., 1:-1, 1:-1].eq(info.max).all()
+    low = torch.full((1, 2, side, side), info.min, dtype=dtype)
+    assert F.blur_2d(low)[..., 1:-1, 1:-1].eq(info.min).all()
+
+
+def test_int32_large_values_are_exact():
+    """int32 values above 2**24 are blurred in float64: no float32 rounding."""
+    base = 2**30
+    x = torch.full((1, 1, 20, 20), base, dtype=torch.int32)
+    x[0, 0, 10, 10] += 16
+    out = F.blur_2d(x)
+    assert int(out[0, 0, 10, 10]) == base + 4 and int(out[0, 0, 9, 10]) == base + 2
+
+
+def test_blurmax_pool2d_empty_and_bool_inputs():
+    """No channels or an empty batch: an empty result of max_pool2d's shape; bool: TypeError."""
+    for shape in [(2, 0, 9, 8), (0, 3, 9, 8)]:
+        out = F.blurmax_pool2d(torch.rand(shape), 3, 2, 1)
+        assert out.shape == (shape[0], shape[1], 5, 4)
+    assert F.blur_2d(torch.rand(2, 0, 20, 20)).shape == (2, 0, 20, 20)
+    with pytest.raises(TypeError, match=r"input must be a real, non-bool tensor.*torch.bool"):
+        F.blurmax_pool2d(torch.zeros(1, 1, 4, 4, dtype=torch.bool), 2)
+    with pytest.raises(TypeError, match="non-bool"):
+        F.blurmax_pool2d(torch.zeros(1, 1, 4, 4, dtype=torch.complex64), 2)
+    with pytest.raises(ValueError, match="input must have 4 dimensions"):
+        F.blurmax_pool2d(torch.zeros(1, 4, 4), 2)
+
+
+@pytest.mark.parametrize("side", [8, 20])
+def test_no_host_reads(side):
+    """blur_2d and blurmax_pool2d (default and given filters, forward and backward) never read
+    a tensor value on the host."""
+    from tests.devicecheck import no_host_reads
+
+    x = _x(2, 3, side, side, dtype=torch.float32).requires_grad_()
+    filt = DEFAULT.clone().requires_grad_()
+    with no_host_reads():
+        outs = [
+            F.blur_2d(x),
+            F.blur_2d(x, 2),
+            F.blur_2d(x, 2, filt),
+            F.blur_2d(x, 1, DEFAULT),  # a filter without grad: the CPU kernel on large planes
+            F.blur_2d(x, 2, DEFAULT.expand(3, 1, 3, 3)),
+            F.blurmax_pool2d(x, 2),
+            F.blurmax_pool2d(x, 3, 2, 1, ceil_mode=True, filter=filt),
+        ]
+        sum(o.sum() for o in outs).backward()
+    assert x.grad is not None and filt.grad is not None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.uint8])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "strided"])
+@pytest.mark.parametrize("stride", [1, 2, (3, 2)])
+@pytest.mark.parametrize("kind", ["shared", "per_channel", "even"])
+def test_given_filter_cpu_kernel_matches_convolution(monkeypatch, kind, stride, layout, dtype):
+    """A filter passed in runs on the CPU kernel (planes >= 256 px) with its taps as tensors."""
+    monkeypatch.setattr(blurpool, "_CHUNK_BYTES", 3000)  # several chunks, a partial last one
+    gen = torch.Generator().manual_seed(3)
+    shape = {"shared": (3, 3), "per_channel": (3, 1, 3, 3), "even": (2, 4)}[kind]
+    filt = torch.rand(shape, generator=gen, dtype=torch.float64) / 4
+    base = _x(5, 3, 17, 19, dtype=torch.float32)
+    x = (base * 255).round().to(dtype) if dtype == torch.uint8 else base.to(dtype)
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    elif layout == "strided":
+        x = torch.cat([x, x], dim=-1)[..., ::2]
+    strides = blurpool.check_pair(stride, "stride")
+    out = F.blur_2d(x, stride, filt)
+    expected = blurpool._blur_conv(x.contiguous(), blurpool._check_filter(filt, 3), strides)
+    assert out.dtype == dtype and out.shape == expected.shape
+    if layout == "channels_last":
+        assert out.is_contiguous(memory_format=torch.channels_last)
+    if dtype == torch.uint8:
+        assert (out.int() - expected.int()).abs().max() <= 1
+    else:
+        tol = {torch.bfloat16: 1e-2, torch.float32: 1e-5}.get(dtype, 1e-7)
+        torch.testing.assert_close(out, expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("stride", [1, (2, 3)])
+def test_given_filter_cpu_kernel_gradients(per_channel, stride):
+    filt = torch.rand((2, 1, 3, 2) if per_channel else (3, 2), dtype=torch.float64)
+    x = _x(1, 2, 16, 17).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: F.blur_2d(t, stride, filt), (x,))
+    assert torch.autograd.gradgradcheck(lambda t: F.blur_2d(t, stride, filt), (x,))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.float32])
+def test_blurmax_pool2d_8bit_channels_last(dtype):
+    """torch's max_pool2d fails on 8-bit channels_last batches; ours pools them and keeps
+    the memory format."""
+    x = torch.randint(0, 100, (2, 3, 16, 16), dtype=dtype, generator=torch.Generator())
+    x_cl = x.contiguous(memory_format=torch.channels_last)
+    out = F.blurmax_pool2d(x_cl, 3, 2, 1)
+    assert out.dtype == dtype and out.shape == (2, 3, 8, 8)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(out, F.blurmax_pool2d(x, 3, 2, 1))
