@@ -46,11 +46,12 @@ from torch import Tensor, nn
 
 from augment import primitives as _P
 from augment._common import check_alpha, check_depth, check_severity, resolve_set, set_repr
-from augment.batched_ops import KINDS, apply_ops, check_batch, from_levels, to_levels
+from augment.batched_ops import KINDS, apply_plan, check_batch, from_levels, plan_ops, to_levels
 
 __all__ = ["BatchAugMix", "BatchRandAugment", "batch_augment_and_mix", "batch_randaugment"]
 
 _KIND_OF = {getattr(_P, kind): kind for kind in KINDS}
+CPU_CHUNK = 2**18  # values per group of samples on CPU (1 MiB of float32)
 _GAMMA_TRIES = 8  # Marsaglia-Tsang candidates per draw; all rejected: < 1e-10 for alpha >= 1
 
 
@@ -90,6 +91,17 @@ def _check_generator(generator: object, x: Tensor) -> torch.Generator | None:
     return generator
 
 
+def _chunks(v: Tensor) -> list[slice]:
+    """Slices of the batch processed together: on CPU, groups of samples that stay in the
+    cache through a whole chain (about :data:`CPU_CHUNK` values); elsewhere, and under
+    ``torch.compile``, the whole batch."""
+    n = v.shape[0]
+    if v.device.type != "cpu" or torch.compiler.is_compiling():
+        return [slice(0, n)]
+    size = max(1, CPU_CHUNK // max(1, v[0].numel()))
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
 def _log_gamma(alpha: float, shape: tuple[int, ...], g: torch.Generator | None, dev) -> Tensor:
     """Logarithms of Gamma(alpha, 1) draws (Marsaglia-Tsang, boosted below alpha = 1).
 
@@ -117,6 +129,50 @@ def _signs(shape: tuple[int, ...], g: torch.Generator | None, dev) -> Tensor:
     return torch.where(torch.rand(shape, generator=g, device=dev) < 0.5, -1.0, 1.0)
 
 
+def augmix_draws(
+    n: int,
+    n_ops: int,
+    severity: float,
+    depth: int,
+    width: int,
+    alpha: float,
+    generator: torch.Generator | None = None,
+    device: torch.device | str = "cpu",
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    r"""The random draws of :func:`batch_augment_and_mix` for ``n`` samples, in its order.
+
+    Returns ``(weights, m, ops, levels, signs)``: the Dirichlet chain weights ``(n, width)``,
+    the Beta skip weights ``(n,)``, and per sample, chain and layer (``(n, width, layers)``,
+    ``layers = depth``, or 3 for ``depth = -1``) the operation's index in the set (-1: past
+    the chain's depth, nothing), its level and its direction (:math:`\pm 1`).
+    """
+    weights = _log_gamma(alpha, (n, width), generator, device).softmax(-1)  # Dirichlet(alpha)
+    pair = _log_gamma(alpha, (n, 2), generator, device)
+    m = torch.sigmoid(pair[:, 0] - pair[:, 1])  # Beta(alpha, alpha)
+    layers = depth if depth > 0 else 3
+    ops = torch.randint(0, n_ops, (n, width, layers), generator=generator, device=device)
+    if depth < 0:  # a uniform depth in {1, 2, 3} per chain; deeper layers do nothing
+        chain_depth = torch.randint(1, 4, (n, width, 1), generator=generator, device=device)
+        ops = torch.where(torch.arange(layers, device=device) < chain_depth, ops, -1)
+    low = min(0.1, severity)
+    u = torch.rand((n, width, layers), generator=generator, device=device)
+    levels = low + (severity - low) * u
+    signs = _signs((n, width, layers), generator, device)
+    return weights, m, ops, levels, signs
+
+
+def randaugment_draws(
+    n: int,
+    n_ops: int,
+    depth: int,
+    generator: torch.Generator | None = None,
+    device: torch.device | str = "cpu",
+) -> tuple[Tensor, Tensor]:
+    """The random draws of :func:`batch_randaugment`: ``(ops, signs)``, each ``(n, depth)``."""
+    ops = torch.randint(0, n_ops, (n, depth), generator=generator, device=device)
+    return ops, _signs((n, depth), generator, device)
+
+
 def _augmix_levels(
     v: Tensor,
     kinds: tuple[str, ...],
@@ -127,26 +183,23 @@ def _augmix_levels(
     g: torch.Generator | None,
 ) -> Tensor:
     """AugMix of the float32 grey levels ``v`` (see :func:`batch_augment_and_mix`)."""
-    n, dev = v.shape[0], v.device
-    weights = _log_gamma(alpha, (n, width), g, dev).softmax(-1)  # Dirichlet(alpha)
-    pair = _log_gamma(alpha, (n, 2), g, dev)
-    m = torch.sigmoid(pair[:, 0] - pair[:, 1])  # Beta(alpha, alpha)
-    layers = depth if depth > 0 else 3
-    ops = torch.randint(0, len(kinds), (n, width, layers), generator=g, device=dev)
-    if depth < 0:  # a uniform depth in {1, 2, 3} per chain; deeper layers do nothing
-        chain_depth = torch.randint(1, 4, (n, width, 1), generator=g, device=dev)
-        ops = torch.where(torch.arange(layers, device=dev) < chain_depth, ops, -1)
-    low = min(0.1, severity)
-    levels = low + (severity - low) * torch.rand((n, width, layers), generator=g, device=dev)
-    signs = _signs((n, width, layers), g, dev)
+    n = v.shape[0]
+    weights, m, ops, levels, signs = augmix_draws(
+        n, len(kinds), severity, depth, width, alpha, g, v.device
+    )
+    layers = ops.shape[-1]
     mix = (m.view(n, 1) * weights).view(n, width, 1, 1, 1)
-    acc = v * (1.0 - m).view(n, 1, 1, 1)
-    for i in range(width):
-        chain = v
-        for k in range(layers):
-            chain = apply_ops(chain, ops[:, i, k], levels[:, i, k], signs[:, i, k], kinds)
-        acc.addcmul_(chain, mix[:, i])
-    return acc
+    plan = plan_ops(ops, levels, signs, kinds, v.shape[2], v.shape[3])  # every layer at once
+    parts = []
+    for s in _chunks(v):  # the draws above do not depend on the chunking
+        acc = v[s] * (1.0 - m[s]).view(-1, 1, 1, 1)
+        for i in range(width):
+            chain = v[s]
+            for k in range(layers):
+                chain = apply_plan(chain, {key: t[s, i, k] for key, t in plan.items()}, kinds)
+            acc.addcmul_(chain, mix[s, i])
+        parts.append(acc)
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def batch_augment_and_mix(
@@ -280,13 +333,17 @@ def _randaugment(
     n, dev = x.shape[0], x.device
     if n == 0 or depth == 0:
         return x.clone()
-    ops = torch.randint(0, len(kinds), (n, depth), generator=g, device=dev)
-    signs = _signs((n, depth), g, dev)
-    level = torch.full((n,), float(severity), dtype=torch.float64, device=dev)
+    ops, signs = randaugment_draws(n, len(kinds), depth, g, dev)
+    level = torch.full((n, depth), float(severity), dtype=torch.float64, device=dev)
     v = to_levels(x)
-    for k in range(depth):
-        v = apply_ops(v, ops[:, k], level, signs[:, k], kinds)
-    return from_levels(v, x)
+    plan = plan_ops(ops, level, signs, kinds, v.shape[2], v.shape[3])
+    parts = []
+    for s in _chunks(v):
+        part = v[s]
+        for k in range(depth):
+            part = apply_plan(part, {key: t[s, k] for key, t in plan.items()}, kinds)
+        parts.append(part)
+    return from_levels(parts[0] if len(parts) == 1 else torch.cat(parts), x)
 
 
 class BatchAugMix(nn.Module):

@@ -54,6 +54,7 @@ __all__ = [
     "GEOMETRIC",
     "KINDS",
     "apply_ops",
+    "apply_plan",
     "autocontrast",
     "brightness",
     "brightness_original",
@@ -63,6 +64,7 @@ __all__ = [
     "contrast_original",
     "equalize",
     "from_levels",
+    "plan_ops",
     "posterize",
     "rotate",
     "sharpness",
@@ -196,70 +198,122 @@ def _blend(d: Tensor, v: Tensor, f: Tensor) -> Tensor:
     return ((v - d) * f).add_(d).clamp_(0.0, 255.0).trunc_()
 
 
-def _tables(
-    v: Tensor,
-    op: Tensor,
-    code: dict[str, int],
-    level: Tensor,
-    sign: Tensor,
-) -> Tensor:
-    """The (N, C, 256) per-sample tables of the point ops and the brightness/contrast blends
-    (identity for the samples whose op is none of them)."""
+def _table_index(v: Tensor) -> Tensor:
+    """Every value's place in the flat (N * C * 256) tables: ``256 (n C + c) + value``, int32."""
+    n, c = v.shape[:2]
+    base = torch.arange(0, n * c * 256, 256, device=v.device, dtype=torch.int32).view(n, c, 1, 1)
+    return v.to(torch.int32).add_(base).view(-1)
+
+
+def plan_ops(
+    op: Tensor, level: Tensor, sign: Tensor, kinds: Sequence[str], h: int, w: int
+) -> dict[str, Tensor]:
+    """The pixel-independent parameters of one operation per sample, for :func:`apply_plan`.
+
+    ``op``, ``level`` and ``sign`` have any one shape ``S`` (e.g. ``(N,)``, or ``(N, width,
+    depth)`` for all the layers of AugMix at once); every entry of the plan has leading shape
+    ``S``: ``lut`` (``S x 256``, the tables of posterize, solarize and brightness, the identity
+    elsewhere), the masks of the samples whose table depends on their pixels (autocontrast,
+    equalize, contrast), the blend factors of contrast, color and sharpness (1: identity) and
+    the 16.16 fixed-point affine coefficients (the identity for non-geometric ops).
+    """
+    code = {kind: i for i, kind in enumerate(kinds)}
+    dev = op.device
+    level = level.to(torch.float64)
+    sign = sign.to(torch.float64)
+    ramp = torch.arange(256, device=dev, dtype=torch.float64)
+    shape = op.shape
+
+    def chose(kind: str) -> Tensor:
+        return op == code[kind] if kind in code else torch.zeros_like(op, dtype=torch.bool)
+
+    plan: dict[str, Tensor] = {}
+    lut = ramp.expand(*shape, 256)
+    if "posterize" in code:
+        q = _posterize_step(level).unsqueeze(-1)
+        lut = torch.where(chose("posterize").unsqueeze(-1), torch.floor(ramp / q) * q, lut)
+    if "solarize" in code:
+        t = _solarize_threshold(level).unsqueeze(-1)
+        sol = torch.where(ramp >= t, 255.0 - ramp, ramp)
+        lut = torch.where(chose("solarize").unsqueeze(-1), sol, lut)
+    for form, s in (("", sign), ("_original", None)):
+        if "brightness" + form in code:
+            f = _factor(level, s).float().unsqueeze(-1)
+            bright = _blend(torch.zeros((), device=dev), ramp.float(), f).double()
+            lut = torch.where(chose("brightness" + form).unsqueeze(-1), bright, lut)
+    plan["lut"] = lut.float()
+    plan["autocontrast"] = chose("autocontrast")
+    plan["equalize"] = chose("equalize")
+    one = torch.ones(shape, device=dev, dtype=torch.float64)
+    for name in ("contrast", "color", "sharpness"):
+        f = one
+        for form, s in (("", sign), ("_original", None)):
+            if name + form in code:
+                f = torch.where(chose(name + form), _factor(level, s), f)
+        plan[name] = f.float()
+    matrix = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 0.0], dtype=torch.float64, device=dev)
+    matrix = matrix.expand(*shape, 6)
+    for kind in GEOMETRIC:
+        if kind in code:
+            m = _matrix(kind, level.reshape(-1), sign.reshape(-1), h, w).view(*shape, 6)
+            matrix = torch.where(chose(kind).unsqueeze(-1), m, matrix)
+    plan["affine"] = _fixed_point(matrix)
+    return plan
+
+
+def _fixed_point(m: Tensor) -> Tensor:
+    """Pillow's 16.16 coefficients of an inverse affine matrix, pixel centres folded in."""
+    a = torch.stack(
+        [
+            m[..., 0],
+            m[..., 1],
+            m[..., 2] + 0.5 * m[..., 0] + 0.5 * m[..., 1],
+            m[..., 3],
+            m[..., 4],
+            m[..., 5] + 0.5 * m[..., 3] + 0.5 * m[..., 4],
+        ],
+        dim=-1,
+    )
+    return torch.floor(a * _FIX + 0.5).to(torch.int32)
+
+
+def _tables(v: Tensor, idx: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> Tensor:
+    """The (N, C, 256) tables of the chunk ``v``: the plan's, with those of autocontrast,
+    equalize and contrast (which depend on the pixels) for the samples that chose them."""
     n, c, h, w = v.shape
     dev = v.device
-    ramp = torch.arange(256, device=dev, dtype=torch.float32)
-    lut = ramp.expand(n, c, 256)
-
-    def pick(kind: str, table: Tensor) -> None:
-        nonlocal lut
-        if kind in code:
-            lut = torch.where((op == code[kind]).view(n, 1, 1), table, lut)
-
-    ramp64 = ramp.to(torch.float64)
-    if "autocontrast" in code or "equalize" in code:
-        flat = v.reshape(n * c, h * w)
+    ramp = torch.arange(256, device=dev, dtype=torch.float64)
+    lut = plan["lut"].view(n, 1, 256).expand(n, c, 256)
+    if kinds & {"autocontrast", "equalize"}:
         hist = torch.zeros(n * c * 256, device=dev, dtype=torch.float32)
-        base = torch.arange(0, n * c * 256, 256, device=dev, dtype=torch.int32).view(n * c, 1)
-        idx = (flat.to(torch.int32) + base).view(-1)
         hist.index_add_(0, idx, torch.ones((), device=dev, dtype=torch.float32).expand(idx.numel()))
         hist = hist.view(n, c, 256).to(torch.float64)  # counts below 2^24: exact
         present = hist > 0
-        lo = torch.where(present, ramp64, 256.0).amin(-1, keepdim=True)
-        hi = torch.where(present, ramp64, -1.0).amax(-1, keepdim=True)
-        if "autocontrast" in code:
+        lo = torch.where(present, ramp, 256.0).amin(-1, keepdim=True)
+        hi = torch.where(present, ramp, -1.0).amax(-1, keepdim=True)
+        if "autocontrast" in kinds:
             span = (hi - lo).clamp(min=1.0)
-            stretched = torch.floor(((ramp64 - lo) * 510.0 + span) / (2.0 * span)).clamp(0, 255)
-            pick("autocontrast", torch.where(hi > lo, stretched, ramp64).float())
-        if "equalize" in code:
+            stretched = torch.floor(((ramp - lo) * 510.0 + span) / (2.0 * span)).clamp(0, 255)
+            ac = torch.where(hi > lo, stretched, ramp).float()
+            lut = torch.where(plan["autocontrast"].view(n, 1, 1), ac, lut)
+        if "equalize" in kinds:
             top_count = hist.gather(-1, hi.long())
             step = torch.floor((h * w - top_count) / 255.0)
             before = hist.cumsum(-1) - hist
             eq = torch.floor((torch.floor(step / 2) + before) / step.clamp(min=1.0)).clamp(max=255)
-            pick("equalize", torch.where(step > 0, eq, ramp64).float())
-    if "posterize" in code:
-        q = _posterize_step(level).view(n, 1, 1)
-        pick("posterize", (torch.floor(ramp64 / q) * q).float().expand(n, c, 256))
-    if "solarize" in code:
-        t = _solarize_threshold(level).view(n, 1, 1)
-        pick("solarize", torch.where(ramp64 >= t, 255.0 - ramp64, ramp64).float().expand(n, c, 256))
-    for form in ("", "_original"):
-        s = None if form else sign
-        if "brightness" + form in code:
-            f = _factor(level, s).float().view(n, 1, 1)
-            pick("brightness" + form, _blend(torch.zeros_like(ramp), ramp, f).expand(n, c, 256))
-        if "contrast" + form in code:
-            total = _grey(v).sum(dim=(1, 2, 3), dtype=torch.float64)
-            mean = torch.floor((2.0 * total + h * w) / (2.0 * h * w)).float().view(n, 1, 1)
-            f = _factor(level, s).float().view(n, 1, 1)
-            pick("contrast" + form, _blend(mean.expand(n, 1, 256), ramp, f).expand(n, c, 256))
+            eq = torch.where(step > 0, eq, ramp).float()
+            lut = torch.where(plan["equalize"].view(n, 1, 1), eq, lut)
+    if kinds & {"contrast", "contrast_original"}:
+        total = _grey(v).sum(dim=(1, 2, 3), dtype=torch.float64)
+        mean = torch.floor((2.0 * total + h * w) / (2.0 * h * w)).float().view(n, 1, 1)
+        f = plan["contrast"].view(n, 1, 1)
+        ct = _blend(mean, ramp.float(), f)  # f = 1 (another op): the identity
+        lut = torch.where((f != 1.0), ct.expand(n, c, 256), lut)
     return lut
 
 
-def _apply_tables(v: Tensor, lut: Tensor) -> Tensor:
-    n, c = v.shape[:2]
-    base = torch.arange(0, n * c * 256, 256, device=v.device, dtype=torch.int32).view(n, c, 1, 1)
-    idx = v.to(torch.int32).add_(base)
-    return lut.reshape(-1).index_select(0, idx.view(-1)).view_as(v)
+def _apply_tables(v: Tensor, idx: Tensor, lut: Tensor) -> Tensor:
+    return lut.reshape(-1).index_select(0, idx).view_as(v)
 
 
 def _color(v: Tensor, f: Tensor) -> Tensor:
@@ -273,90 +327,66 @@ def _sharpness(v: Tensor, f: Tensor) -> Tensor:
     if h < 3 or w < 3:
         return v
     # SMOOTH: [[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13, rounded half up, on the interior pixels
-    rows = v[:, :, :-2] + v[:, :, 1:-1] + v[:, :, 2:]
-    k = rows[..., :-2] + rows[..., 1:-1] + rows[..., 2:]
+    # 3x3 box sums (integers below 2^12: exact) plus 4 x the centre, by shifted slices
+    rows = v[:, :, :-2] + v[:, :, 1:-1]
+    rows += v[:, :, 2:]
+    k = rows[..., :-2] + rows[..., 1:-1]
+    k += rows[..., 2:]
     centre = v[:, :, 1:-1, 1:-1]
     k.add_(centre, alpha=4.0)
-    smooth = k.mul_(2.0).add_(13.0).div_(26.0).floor_()
+    # floor(k / 13 + 1/2): k / 13 is never within 1/26 of a half-integer, so float32 is exact
+    smooth = k.mul_(1.0 / 13.0).add_(0.5).floor_()
     out = v.clone()
     out[:, :, 1:-1, 1:-1] = _blend(smooth, centre, f.view(-1, 1, 1, 1))
     return out
 
 
-def _affine(v: Tensor, matrix: Tensor) -> Tensor:
-    """Nearest-neighbour inverse affine warp with black fill, in Pillow's 16.16 fixed point."""
+def _affine(v: Tensor, a: Tensor) -> Tensor:
+    """Nearest-neighbour inverse affine warp with black fill, in Pillow's 16.16 fixed point
+    (``a``: (N, 6) int32 coefficients from :func:`_fixed_point`)."""
     n, c, h, w = v.shape
     dev = v.device
-    m = matrix
-    # pixel centres folded into the offsets, as Pillow does, then rounded to 16.16
-    a = torch.stack(
-        [
-            m[:, 0],
-            m[:, 1],
-            m[:, 2] + 0.5 * m[:, 0] + 0.5 * m[:, 1],
-            m[:, 3],
-            m[:, 4],
-            m[:, 5] + 0.5 * m[:, 3] + 0.5 * m[:, 4],
-        ],
-        dim=1,
-    )
-    a = torch.floor(a * _FIX + 0.5).to(torch.int32).view(n, 6, 1, 1)
+    a = a.view(n, 6, 1, 1)
     xs = torch.arange(w, device=dev, dtype=torch.int32).view(1, 1, w)
     ys = torch.arange(h, device=dev, dtype=torch.int32).view(1, h, 1)
-    xin = (a[:, 2] + xs * a[:, 0] + ys * a[:, 1]) >> 16
-    yin = (a[:, 5] + xs * a[:, 3] + ys * a[:, 4]) >> 16
+    # (A2 + A0 x) per column plus (A1 y) per row: one full-size add per coordinate
+    xin = torch.add(a[:, 2] + xs * a[:, 0], ys * a[:, 1]).bitwise_right_shift_(16)
+    yin = torch.add(a[:, 5] + xs * a[:, 3], ys * a[:, 4]).bitwise_right_shift_(16)
     inside = (xin >= 0) & (xin < w) & (yin >= 0) & (yin < h)
     src = torch.where(inside, yin * w + xin, 0).to(torch.int64).view(n, 1, h * w)
     out = v.reshape(n, c, h * w).gather(2, src.expand(n, c, h * w)).view(n, c, h, w)
-    return out.mul_(inside.view(n, 1, h, w))
+    return torch.where(inside.view(n, 1, h, w), out, 0.0)
 
 
-def apply_ops(v: Tensor, op: Tensor, level: Tensor, sign: Tensor, kinds: Sequence[str]) -> Tensor:
-    """One operation per sample: sample ``i`` gets ``kinds[op[i]]`` at ``level[i]``, ``sign[i]``.
+def apply_plan(v: Tensor, plan: dict[str, Tensor], kinds: Sequence[str]) -> Tensor:
+    """One operation per sample, as planned by :func:`plan_ops` (entries of leading shape (N,)).
 
-    ``v`` holds float32 grey levels (see :func:`to_levels`); ``op`` is an (N,) integer tensor,
-    and an index outside ``range(len(kinds))`` leaves the sample unchanged; ``level`` and
-    ``sign`` are (N,) float tensors. Every family of operations present in ``kinds`` is applied
-    to the whole batch, each sample with its own parameters (the identity for the samples that
-    chose another operation): one table lookup for the point ops and the brightness and
-    contrast blends, one blend with the grey image for color, one 3x3 blur and blend for
-    sharpness, one fixed-point affine gather for the five geometric ops. No value is read on
-    the host. Peak extra memory: about three float32 copies of ``v`` (plus an int32 index the
-    size of ``v``, and an int64 one a third of it).
+    ``v`` holds float32 grey levels (see :func:`to_levels`). Every family of operations present
+    in ``kinds`` is applied to the whole batch, each sample with its own parameters (the
+    identity for the samples that chose another operation): one table lookup for the point
+    ops and the brightness and contrast blends, one blend with the grey image for color, one
+    3x3 blur and blend for sharpness, one fixed-point affine gather for the five geometric
+    ops. No value is read on the host. Peak extra memory: about three float32 copies of ``v``
+    (plus an int32 index the size of ``v``, and an int64 one a third of it).
     """
-    n, _, h, w = v.shape
-    code = {kind: i for i, kind in enumerate(kinds)}
-    level = level.to(torch.float64)
-    sign = sign.to(torch.float64)
-    if any(
-        k in code
-        for k in (*_TABLES, "brightness", "contrast", *_original(("brightness", "contrast")))
-    ):
-        v = _apply_tables(v, _tables(v, op, code, level, sign))
-    for form in ("", "_original"):
-        s = None if form else sign
-        if "color" + form in code:
-            f = torch.where(op == code["color" + form], _factor(level, s), 1.0).float()
-            v = _color(v, f)
-        if "sharpness" + form in code:
-            f = torch.where(op == code["sharpness" + form], _factor(level, s), 1.0).float()
-            v = _sharpness(v, f)
-    geometric = [k for k in GEOMETRIC if k in code]
-    if geometric:
-        identity = torch.tensor(
-            [1.0, 0.0, 0.0, 0.0, 1.0, 0.0], dtype=torch.float64, device=v.device
-        )
-        matrix = identity.expand(n, 6)
-        for kind in geometric:
-            matrix = torch.where(
-                (op == code[kind]).view(n, 1), _matrix(kind, level, sign, h, w), matrix
-            )
-        v = _affine(v, matrix)
+    present = frozenset(kinds)
+    tables = {*_TABLES, "brightness", "contrast", "brightness_original", "contrast_original"}
+    if present & tables:
+        idx = _table_index(v)
+        v = _apply_tables(v, idx, _tables(v, idx, plan, present))
+    if present & {"color", "color_original"}:
+        v = _color(v, plan["color"])
+    if present & {"sharpness", "sharpness_original"}:
+        v = _sharpness(v, plan["sharpness"])
+    if present & set(GEOMETRIC):
+        v = _affine(v, plan["affine"])
     return v
 
 
-def _original(names: Sequence[str]) -> tuple[str, ...]:
-    return tuple(f"{name}_original" for name in names)
+def apply_ops(v: Tensor, op: Tensor, level: Tensor, sign: Tensor, kinds: Sequence[str]) -> Tensor:
+    """:func:`apply_plan` of :func:`plan_ops`: sample ``i`` gets ``kinds[op[i]]`` at
+    ``level[i]`` in direction ``sign[i]`` (an ``op`` outside ``range(len(kinds))``: unchanged)."""
+    return apply_plan(v, plan_ops(op, level, sign, kinds, v.shape[2], v.shape[3]), kinds)
 
 
 # ---------------------------------------------------------------- deterministic kernels
