@@ -55,7 +55,11 @@ EXTENSIONS = {
         "STOCHASTIC_BLOCKS", "register_stochastic_block", "register_alibi", "unregister_alibi",
         "alibi_registry", "AlibiContext", "AlibiBias", "alibi_bias", "alibi_slopes",
     ],
-    "augment": ["color_original", "contrast_original", "brightness_original", "sharpness_original"],
+    "augment": [
+        "color_original", "contrast_original", "brightness_original", "sharpness_original",
+        # batched transforms for tensors on the device (augment/batched.py)
+        "BatchAugMix", "BatchRandAugment", "batch_augment_and_mix", "batch_randaugment",
+    ],
 }
 
 PUBLIC = {package: CONTRACT[package] + EXTENSIONS[package] for package in CONTRACT}
