@@ -222,7 +222,7 @@ def run(*, quick: bool, device: str = "cpu") -> list[Table]:
         sizes, repeats = [(224, 10), (32, 100)], 41
     tables = [_table("augmix", sizes, repeats), _table("randaugment", sizes, repeats)]
     torch.set_num_threads(threads)
-    b_sizes, batch, b_repeats = ([32], 32, 3) if quick else ([224, 32], 256, 5)
+    b_sizes, batch, b_repeats = ([32], 32, 3) if quick else ([224, 32], 256, 3)
     for dev in ["cpu"] + (["cuda"] if torch.device(device).type == "cuda" else []):
         tables.append(_batched_table("augmix", b_sizes, batch, b_repeats, dev))
         tables.append(_batched_table("randaugment", b_sizes, batch, b_repeats, dev))
