@@ -195,7 +195,9 @@ def _grey(v: Tensor) -> Tensor:
 def _blend(d: Tensor, v: Tensor, f: Tensor) -> Tensor:
     """``Image.blend(d, v, f)``: float32 ``d + f (v - d)``, clamped to [0, 255], truncated."""
     # three float32 roundings in Pillow's order (no fused multiply-add)
-    return ((v - d) * f).add_(d).clamp_(0.0, 255.0).trunc_()
+    t = v - d
+    t = t.mul_(f) if torch.broadcast_shapes(t.shape, f.shape) == t.shape else t * f
+    return t.add_(d).clamp_(0.0, 255.0).trunc_()
 
 
 def _table_index(v: Tensor) -> Tensor:
@@ -336,8 +338,11 @@ def _sharpness(v: Tensor, f: Tensor) -> Tensor:
     k.add_(centre, alpha=4.0)
     # floor(k / 13 + 1/2): k / 13 is never within 1/26 of a half-integer, so float32 is exact
     smooth = k.mul_(1.0 / 13.0).add_(0.5).floor_()
-    out = v.clone()
-    out[:, :, 1:-1, 1:-1] = _blend(smooth, centre, f.view(-1, 1, 1, 1))
+    out = torch.nn.functional.pad(_blend(smooth, centre, f.view(-1, 1, 1, 1)), (1, 1, 1, 1))
+    out[:, :, 0] = v[:, :, 0]  # the border is left as it is
+    out[:, :, -1] = v[:, :, -1]
+    out[:, :, :, 0] = v[:, :, :, 0]
+    out[:, :, :, -1] = v[:, :, :, -1]
     return out
 
 
@@ -352,10 +357,12 @@ def _affine(v: Tensor, a: Tensor) -> Tensor:
     # (A2 + A0 x) per column plus (A1 y) per row: one full-size add per coordinate
     xin = torch.add(a[:, 2] + xs * a[:, 0], ys * a[:, 1]).bitwise_right_shift_(16)
     yin = torch.add(a[:, 5] + xs * a[:, 3], ys * a[:, 4]).bitwise_right_shift_(16)
-    inside = (xin >= 0) & (xin < w) & (yin >= 0) & (yin < h)
-    src = torch.where(inside, yin * w + xin, 0).to(torch.int64).view(n, 1, h * w)
-    out = v.reshape(n, c, h * w).gather(2, src.expand(n, c, h * w)).view(n, c, h, w)
-    return torch.where(inside.view(n, 1, h, w), out, 0.0)
+    # read from the image framed by one black pixel: every outside source lands on the frame
+    xin = xin.clamp_(-1, w).add_(1)
+    yin = yin.clamp_(-1, h).add_(1)
+    src = yin.mul_(w + 2).add_(xin).to(torch.int64).view(n, 1, h * w)
+    framed = torch.nn.functional.pad(v, (1, 1, 1, 1)).view(n, c, (h + 2) * (w + 2))
+    return framed.gather(2, src.expand(n, c, h * w)).view(n, c, h, w)
 
 
 def apply_plan(v: Tensor, plan: dict[str, Tensor], kinds: Sequence[str]) -> Tensor:
