@@ -373,8 +373,9 @@ def apply_plan(v: Tensor, plan: dict[str, Tensor], kinds: Sequence[str]) -> Tens
     identity for the samples that chose another operation): one table lookup for the point
     ops and the brightness and contrast blends, one blend with the grey image for color, one
     3x3 blur and blend for sharpness, one fixed-point affine gather for the five geometric
-    ops. No value is read on the host. Peak extra memory: about three float32 copies of ``v``
-    (plus an int32 index the size of ``v``, and an int64 one a third of it).
+    ops. No value is read on the host. Temporaries: a few float32 copies of ``v`` at a time
+    (the largest stage, sharpness, holds about four), an int32 table index the size of ``v``
+    and an int64 gather index a third of it.
     """
     present = frozenset(kinds)
     tables = {*_TABLES, "brightness", "contrast", "brightness_original", "contrast_original"}
