@@ -19,7 +19,7 @@ Batched section: ``augment.BatchAugMix`` / ``augment.BatchRandAugment`` (same pa
 batch of 256 uint8 ``N x 3 x S x S`` tensors, every sample drawing its own chain, with the
 benchmark's torch threads (2 on CPU), against torchvision v2's ``AugMix`` / ``RandAugment`` on
 the same batch (one chain for the whole batch), kornia's ``auto.RandAugment(n=2, m=9)`` (float
-input, its native form) and our PIL transforms on the same 256 images on one core.
+input, its native form; it picks the ops once per batch) and our PIL transforms on the same 256 images on one core.
 """
 
 from __future__ import annotations
@@ -202,8 +202,9 @@ def _batched_table(kind: str, sizes: list[int], batch: int, repeats: int, device
             *(ratio(times.get(p), times["ours"]) for p in peers),
         )
     table.notes.append(
-        "Ours and kornia draw every sample's chain; torchvision v2 applies one chain (one draw of "
-        "ops, levels and weights) to the whole batch. kornia gets the batch as float in [0, 1]."
+        "Ours draws every sample's chain (ops, levels, directions, weights); torchvision v2 "
+        "applies one chain to the whole batch and kornia picks its ops once per batch "
+        "(rand_selector), so both do less work per image. kornia gets float in [0, 1]."
     )
     return table
 
