@@ -292,6 +292,32 @@ def test_compiles_once_across_batches() -> None:
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
+def test_compiled_layer_equals_eager_and_does_not_recompile_when_parameters_change() -> None:
+    kinds = AB._kinds("all")
+    x = B.to_levels(_batch(np.random.default_rng(5), 6, 3, 10, 12))
+
+    def layer(v, op, level, sign):
+        return B.apply_ops(v, op, level, sign, kinds)
+
+    g = torch.Generator().manual_seed(1)
+    calls = [
+        (
+            (
+                x,
+                torch.randint(0, len(kinds), (6,), generator=g),
+                torch.rand(6, generator=g, dtype=torch.float64) * 10,
+                torch.where(torch.rand(6, generator=g) < 0.5, -1.0, 1.0),
+            ),
+            {},
+        )
+        for _ in range(3)
+    ]
+    for got, (args, _) in zip(assert_compiles_once(layer, calls), calls, strict=True):
+        assert torch.equal(got, layer(*args))
+    torch._dynamo.reset()
+
+
 # ------------------------------------------------------------------------------ errors
 
 
