@@ -30,6 +30,12 @@ Example:
 """
 
 from augment.augmix import AugMix, augment_and_mix
+from augment.batched import (
+    BatchAugMix,
+    BatchRandAugment,
+    batch_augment_and_mix,
+    batch_randaugment,
+)
 from augment.primitives import (
     augmentation_sets,
     autocontrast,
@@ -54,10 +60,14 @@ from augment.randaugment import RandAugment, randaugment
 
 __all__: list[str] = [
     "AugMix",
+    "BatchAugMix",
+    "BatchRandAugment",
     "RandAugment",
     "augment_and_mix",
     "augmentation_sets",
     "autocontrast",
+    "batch_augment_and_mix",
+    "batch_randaugment",
     "brightness",
     "brightness_original",
     "color",

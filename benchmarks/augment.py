@@ -14,6 +14,12 @@ repeats). Peers, configured to do the same work:
 
 Ours: ``AugMix(severity=3, depth=-1, width=3, alpha=1.0)`` and ``RandAugment(severity=9, depth=2)``,
 ``augmentation_set='all'``. Ratios are peer_time / our_time (> 1: we are faster).
+
+Batched section: ``augment.BatchAugMix`` / ``augment.BatchRandAugment`` (same parameters) on a
+batch of 256 uint8 ``N x 3 x S x S`` tensors, every sample drawing its own chain, with the
+benchmark's torch threads (2 on CPU), against torchvision v2's ``AugMix`` / ``RandAugment`` on
+the same batch (one chain for the whole batch), kornia's ``auto.RandAugment(n=2, m=9)`` (float
+input, its native form; it picks the ops once per batch) and our PIL transforms on the same 256 images on one core.
 """
 
 from __future__ import annotations
@@ -120,9 +126,93 @@ def _table(kind: str, sizes: list[tuple[int, int]], repeats: int) -> Table:
     return table
 
 
+def _threads(n: int, fn: Callable[[], object]) -> Callable[[], None]:
+    """``fn`` run with ``n`` torch threads (so candidates with different settings interleave)."""
+
+    def go() -> None:
+        torch.set_num_threads(n)
+        fn()
+
+    return go
+
+
+def _batched_table(kind: str, sizes: list[int], batch: int, repeats: int, device: str) -> Table:
+    import augment
+
+    threads = torch.get_num_threads()
+    on_cuda = torch.device(device).type == "cuda"
+    gen = torch.Generator(device=device).manual_seed(0)
+    if kind == "augmix":
+        ours = augment.BatchAugMix(severity=3, depth=-1, width=3, alpha=1.0, generator=gen)
+        pil = augment.AugMix(severity=3, depth=-1, width=3, alpha=1.0, rng=random.Random(0))
+    else:
+        ours = augment.BatchRandAugment(severity=9, depth=2, generator=gen)
+        pil = augment.RandAugment(severity=9, depth=2, rng=random.Random(0))
+    v2 = peer("torchvision")
+    tv = None
+    if v2 is not None:
+        tv = (
+            v2.AugMix(severity=3, mixture_width=3, chain_depth=-1, alpha=1.0)
+            if kind == "augmix"
+            else v2.RandAugment(num_ops=2, magnitude=9)
+        )
+    kornia = peer("kornia") if kind == "randaugment" else None
+    kra = None
+    if kornia is not None:
+        from kornia.augmentation.auto import RandAugment as KorniaRandAugment
+
+        kra = KorniaRandAugment(n=2, m=9).to(device)
+    name = "AugMix" if kind == "augmix" else "RandAugment"
+    peers = ["torchvision v2 (1 chain/batch)"] + (["kornia"] if kind == "randaugment" else [])
+    peers.append("our PIL, 1 core")
+    table = Table(
+        title=f"Batched {name}: images per second, batch of {batch} uint8 tensors, "
+        f"{'CUDA' if on_cuda else f'CPU, {threads} torch threads'}",
+        columns=[
+            "size",
+            "ours img/s",
+            *(f"{p} img/s" for p in peers),
+            *(f"x vs {p}" for p in peers),
+        ],
+    )
+    for size in sizes:
+        x = torch.from_numpy(np.stack([np.asarray(_image(size, s)) for s in range(batch)]))
+        x = x.permute(0, 3, 1, 2).contiguous().to(device)
+        xf = x.float() / 255
+        images = [_image(size, s) for s in range(batch)] if not on_cuda else []
+
+        def pil_loop(images: list[Image.Image] = images) -> None:
+            for img in images:
+                pil(img)
+
+        candidates: dict[str, Callable[[], None]] = {"ours": _threads(threads, lambda x=x: ours(x))}
+        if tv is not None:
+            candidates[peers[0]] = _threads(threads, lambda x=x: tv(x))
+        if kra is not None:
+            candidates["kornia"] = _threads(threads, lambda xf=xf: kra(xf))
+        if not on_cuda:
+            candidates[peers[-1]] = _threads(1, pil_loop)
+        times = time_interleaved(candidates, repeats=repeats, device=device)
+        torch.set_num_threads(threads)
+        ips = {k: batch / t for k, t in times.items()}
+        table.add(
+            f"{size}x{size}",
+            ips["ours"],
+            *(ips.get(p) for p in peers),
+            *(ratio(times.get(p), times["ours"]) for p in peers),
+        )
+    table.notes.append(
+        "Ours draws every sample's chain (ops, levels, directions, weights); torchvision v2 "
+        "applies one chain to the whole batch and kornia picks its ops once per batch "
+        "(rand_selector), so both do less work per image. kornia gets float in [0, 1]."
+    )
+    return table
+
+
 def run(*, quick: bool, device: str = "cpu") -> list[Table]:
-    """The AugMix and RandAugment throughput tables (``device`` is unused: PIL runs on CPU)."""
-    del device
+    """The AugMix and RandAugment throughput tables: PIL (one process, one thread, on CPU) and
+    batched tensors (on ``device``, with the benchmark's torch threads)."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in DataLoader workers, which torch runs single-threaded
     random.seed(0)
     np.random.seed(0)  # noqa: NPY002 - the peers draw from NumPy's global generator
@@ -132,9 +222,14 @@ def run(*, quick: bool, device: str = "cpu") -> list[Table]:
     else:
         sizes, repeats = [(224, 10), (32, 100)], 41
     tables = [_table("augmix", sizes, repeats), _table("randaugment", sizes, repeats)]
+    torch.set_num_threads(threads)
+    b_sizes, batch, b_repeats = ([32], 32, 3) if quick else ([224, 32], 256, 3)
+    for dev in ["cpu"] + (["cuda"] if torch.device(device).type == "cuda" else []):
+        tables.append(_batched_table("augmix", b_sizes, batch, b_repeats, dev))
+        tables.append(_batched_table("randaugment", b_sizes, batch, b_repeats, dev))
     tables[-1].notes.append(machine_description())
     return tables
 
 
 if __name__ == "__main__":
-    main_for(run, __doc__, device_help="unused: PIL runs on the CPU")
+    main_for(run, __doc__, device_help="cpu, or cuda to add the batched transforms' CUDA rows")

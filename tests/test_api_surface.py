@@ -59,7 +59,11 @@ EXTENSIONS = {
         # stochastic depth's drop_warmup (issue 14): a schedule and a per-step setter
         "stochastic_depth_drop_rate", "set_stochastic_depth_drop_rate",
     ],
-    "augment": ["color_original", "contrast_original", "brightness_original", "sharpness_original"],
+    "augment": [
+        "color_original", "contrast_original", "brightness_original", "sharpness_original",
+        # batched transforms for tensors on the device (augment/batched.py)
+        "BatchAugMix", "BatchRandAugment", "batch_augment_and_mix", "batch_randaugment",
+    ],
 }
 
 PUBLIC = {package: CONTRACT[package] + EXTENSIONS[package] for package in CONTRACT}

@@ -1,0 +1,457 @@
+r"""AugMix and RandAugment on batches of tensors, every sample drawing its own chain.
+
+The algorithms of :class:`~augment.AugMix` and :class:`~augment.RandAugment`, with the same
+parameters and the same thirteen operations at the same level scaling (:mod:`augment.primitives`),
+applied to an ``N x C x H x W`` batch (``torch.uint8`` or floating point in [0, 1], any device)
+after the data loader, where a GPU does the work. Each sample draws its own operations, levels,
+directions, chain depths and mixing weights, independently of the others, as the PIL transforms
+do per image. (torchvision v2's AugMix and RandAugment apply one chain to a whole batch.)
+
+How it runs: a layer of the chains is one :func:`augment.batched_ops.apply_ops` call over the
+whole batch (every family of operations applied once, each sample with its own parameters, the
+identity for those that chose another operation): no Python loop over the samples, no value
+read on the host, fixed shapes, so it compiles once under ``torch.compile`` and never
+synchronises a GPU. Per-op results equal the PIL primitives' (see :mod:`augment.batched_ops`).
+
+Randomness comes only from ``generator`` (a ``torch.Generator`` on the batch's device; ``None``:
+torch's global generator). ``torch.compile`` cannot trace a ``torch.Generator``: compiled code
+uses ``generator=None`` (seed with ``torch.manual_seed``).
+
+Example (a training loop):
+    >>> import torch
+    >>> import augment
+    >>> aug = augment.BatchAugMix(severity=3, width=3, generator=torch.Generator().manual_seed(0))
+    >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10))
+    >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    >>> loader = [(torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8), torch.arange(4))]
+    >>> for x, y in loader:
+    ...     x = aug(x)  # on a GPU: aug(x.cuda(non_blocking=True)), generator on "cuda"
+    ...     loss = torch.nn.functional.cross_entropy(model(x.float() / 255), y)
+    ...     opt.zero_grad()
+    ...     loss.backward()
+    ...     opt.step()
+    >>> x.shape, x.dtype
+    (torch.Size([4, 3, 8, 8]), torch.uint8)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from augment import primitives as _P
+from augment._common import check_alpha, check_depth, check_severity, resolve_set, set_repr
+from augment.batched_ops import KINDS, apply_plan, check_batch, from_levels, plan_ops, to_levels
+
+__all__ = ["BatchAugMix", "BatchRandAugment", "batch_augment_and_mix", "batch_randaugment"]
+
+_KIND_OF = {getattr(_P, kind): kind for kind in KINDS}
+CPU_CHUNK = 2**18  # values per group of samples on CPU (1 MiB of float32)
+_GAMMA_TRIES = 8  # Marsaglia-Tsang candidates per draw; all rejected: < 1e-10 for alpha >= 1
+
+
+def _kinds(augmentation_set: object) -> tuple[str, ...]:
+    """The names of the operations of ``augmentation_set`` (a set name or our primitives)."""
+    ops = resolve_set(augmentation_set, _P.augmentation_sets)
+    unknown = [op for op in ops if op not in _KIND_OF]
+    if unknown:
+        names = ", ".join(getattr(op, "__name__", repr(op)) for op in unknown)
+        raise TypeError(
+            "augmentation_set of a batched transform must be a set name or a sequence of "
+            f"augment's own operations (they have batched kernels), got {names}"
+        )
+    return tuple(_KIND_OF[op] for op in ops)
+
+
+def _check_width(width: object) -> int:
+    if isinstance(width, bool) or not isinstance(width, numbers.Integral):
+        raise TypeError(f"width must be an int, got {type(width).__name__}")
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    return int(width)
+
+
+def _check_generator(generator: object, x: Tensor) -> torch.Generator | None:
+    if generator is None:
+        return None
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator or None, got {type(generator).__name__}"
+        )
+    if generator.device.type != x.device.type:
+        raise ValueError(
+            f"generator must be on the batch's device ({x.device.type}), got a generator on "
+            f"{generator.device.type}; create it with torch.Generator(device=x.device)"
+        )
+    return generator
+
+
+def _chunks(v: Tensor) -> list[slice]:
+    """Slices of the batch processed together: on CPU, groups of samples that stay in the
+    cache through a whole chain (about :data:`CPU_CHUNK` values); elsewhere, and under
+    ``torch.compile``, the whole batch."""
+    n = v.shape[0]
+    if v.device.type != "cpu" or torch.compiler.is_compiling():
+        return [slice(0, n)]
+    size = max(1, CPU_CHUNK // max(1, v[0].numel()))
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def _log_gamma(alpha: float, shape: tuple[int, ...], g: torch.Generator | None, dev) -> Tensor:
+    """Logarithms of Gamma(alpha, 1) draws (Marsaglia-Tsang, boosted below alpha = 1).
+
+    A fixed number of candidates per draw keeps the shapes static; the log form keeps tiny
+    ``alpha`` exact (a draw that underflows to 0 is still ordered against the others).
+    """
+    a = alpha if alpha >= 1.0 else alpha + 1.0
+    d = a - 1.0 / 3.0
+    c = 1.0 / math.sqrt(9.0 * d)
+    z = torch.randn((*shape, _GAMMA_TRIES), generator=g, device=dev)
+    u = torch.rand((*shape, _GAMMA_TRIES), generator=g, device=dev)
+    v = (1.0 + c * z) ** 3
+    log_v = v.clamp(min=1e-30).log()
+    ok = (v > 0) & (u.log() < 0.5 * z * z + d - d * v + d * log_v)
+    first = ok.to(torch.uint8).argmax(-1, keepdim=True)
+    # no accepted candidate (vanishingly rare): v = 1, the mode
+    out = torch.where(ok.any(-1), log_v.gather(-1, first).squeeze(-1), 0.0) + math.log(d)
+    if alpha < 1.0:
+        boost = torch.rand(shape, generator=g, device=dev).clamp(min=1e-38).log() / alpha
+        out = out + boost
+    return out
+
+
+def _signs(shape: tuple[int, ...], g: torch.Generator | None, dev) -> Tensor:
+    return torch.where(torch.rand(shape, generator=g, device=dev) < 0.5, -1.0, 1.0)
+
+
+def augmix_draws(
+    n: int,
+    n_ops: int,
+    severity: float,
+    depth: int,
+    width: int,
+    alpha: float,
+    generator: torch.Generator | None = None,
+    device: torch.device | str = "cpu",
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    r"""The random draws of :func:`batch_augment_and_mix` for ``n`` samples, in its order.
+
+    Returns ``(weights, m, ops, levels, signs)``: the Dirichlet chain weights ``(n, width)``,
+    the Beta skip weights ``(n,)``, and per sample, chain and layer (``(n, width, layers)``,
+    ``layers = depth``, or 3 for ``depth = -1``) the operation's index in the set (-1: past
+    the chain's depth, nothing), its level and its direction (:math:`\pm 1`).
+    """
+    weights = _log_gamma(alpha, (n, width), generator, device).softmax(-1)  # Dirichlet(alpha)
+    pair = _log_gamma(alpha, (n, 2), generator, device)
+    m = torch.sigmoid(pair[:, 0] - pair[:, 1])  # Beta(alpha, alpha)
+    layers = depth if depth > 0 else 3
+    ops = torch.randint(0, n_ops, (n, width, layers), generator=generator, device=device)
+    if depth < 0:  # a uniform depth in {1, 2, 3} per chain; deeper layers do nothing
+        chain_depth = torch.randint(1, 4, (n, width, 1), generator=generator, device=device)
+        ops = torch.where(torch.arange(layers, device=device) < chain_depth, ops, -1)
+    low = min(0.1, severity)
+    u = torch.rand((n, width, layers), generator=generator, device=device)
+    levels = low + (severity - low) * u
+    signs = _signs((n, width, layers), generator, device)
+    return weights, m, ops, levels, signs
+
+
+def randaugment_draws(
+    n: int,
+    n_ops: int,
+    depth: int,
+    generator: torch.Generator | None = None,
+    device: torch.device | str = "cpu",
+) -> tuple[Tensor, Tensor]:
+    """The random draws of :func:`batch_randaugment`: ``(ops, signs)``, each ``(n, depth)``."""
+    ops = torch.randint(0, n_ops, (n, depth), generator=generator, device=device)
+    return ops, _signs((n, depth), generator, device)
+
+
+def _augmix_levels(
+    v: Tensor,
+    kinds: tuple[str, ...],
+    severity: float,
+    depth: int,
+    width: int,
+    alpha: float,
+    g: torch.Generator | None,
+) -> Tensor:
+    """AugMix of the float32 grey levels ``v`` (see :func:`batch_augment_and_mix`)."""
+    n = v.shape[0]
+    weights, m, ops, levels, signs = augmix_draws(
+        n, len(kinds), severity, depth, width, alpha, g, v.device
+    )
+    layers = ops.shape[-1]
+    mix = (m.view(n, 1) * weights).view(n, width, 1, 1, 1)
+    plan = plan_ops(ops, levels, signs, kinds, v.shape[2], v.shape[3])  # every layer at once
+    parts = []
+    for s in _chunks(v):  # the draws above do not depend on the chunking
+        acc = v[s] * (1.0 - m[s]).view(-1, 1, 1, 1)
+        for i in range(width):
+            chain = v[s]
+            for k in range(layers):
+                chain = apply_plan(chain, {key: t[s, i, k] for key, t in plan.items()}, kinds)
+            acc.addcmul_(chain, mix[s, i])
+        parts.append(acc)
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def batch_augment_and_mix(
+    x: Tensor,
+    severity: float = 3,
+    depth: int = -1,
+    width: int = 3,
+    alpha: float = 1.0,
+    augmentation_set: str | Sequence[Callable[..., Any]] = "all",
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    r"""AugMix on a batch: every sample mixes ``width`` chains of its own.
+
+    .. math::
+
+        x^{(i)}_{\mathrm{aug}} = (1 - m_i)\, x^{(i)} + m_i \sum_{j=1}^{\mathrm{width}}
+        w_{ij}\, \mathrm{chain}_{ij}(x^{(i)}), \quad w_i \sim \mathrm{Dirichlet}(\alpha
+        \mathbf{1}), \quad m_i \sim \mathrm{Beta}(\alpha, \alpha)
+
+    drawn independently for each sample :math:`i`, as :func:`augment.augment_and_mix` draws
+    them per image: each chain applies ``depth`` operations (``-1``: a uniform depth in
+    {1, 2, 3} per chain) drawn uniformly with replacement from the set, each at a level uniform
+    in :math:`[\min(0.1, s), s]` and a fair random direction. The mix is computed in float32
+    over the 8-bit results of the operations.
+
+    Cost and memory: ``width * depth`` layers (``depth = -1``: ``3 * width``), each applying
+    every family of operations in the set to the whole batch (see
+    :func:`augment.batched_ops.apply_ops`). Peak extra memory, measured (process peak
+    resident size, 64 x 3 x 224 x 224): about 9 float32 copies of the batch when the whole
+    batch is processed at once (CUDA, ``torch.compile``): the input's grey levels, the running
+    mix, one chain and a layer's temporaries and indices; on CPU, where groups of about
+    :data:`CPU_CHUNK` values are processed in turn, about 4.
+
+    Shape:
+        ``x``: :math:`(N, C, H, W)`, :math:`C \in \{1, 3\}`; output: the same shape, dtype and
+        device.
+
+    Args:
+        x: the batch, ``torch.uint8`` (0..255) or floating point (0..1, processed at 8-bit
+            precision: ``round(255 x)``); CPU or CUDA.
+        severity, depth, width, alpha, augmentation_set: as in :func:`augment.augment_and_mix`
+            (``augmentation_set``: a set name or a sequence of augment's own operations).
+        generator: a ``torch.Generator`` on ``x``'s device, or ``None`` for torch's global
+            generator (the only choice inside ``torch.compile``).
+
+    Returns:
+        The mixed batch: uint8 rounded half up; float not rounded (``mix / 255``).
+
+    Raises:
+        ValueError: bad shape, severity outside [0, 10], width < 1, depth neither -1 nor >= 1,
+            alpha <= 0, an unknown set name, a generator on another device.
+        TypeError: a non-tensor, an integer dtype other than uint8, a set member without a
+            batched kernel, a bad generator.
+
+    Example:
+        >>> import torch
+        >>> g = torch.Generator().manual_seed(0)
+        >>> x = torch.randint(0, 256, (8, 3, 32, 32), dtype=torch.uint8, generator=g)
+        >>> out = batch_augment_and_mix(x, severity=3, width=3, generator=g)
+        >>> out.shape, out.dtype
+        (torch.Size([8, 3, 32, 32]), torch.uint8)
+
+    Reference:
+        Hendrycks et al., "AugMix: A Simple Data Processing Method to Improve Robustness and
+        Uncertainty", ICLR 2020.
+    """
+    kinds = _kinds(augmentation_set)
+    sev = check_severity(severity)
+    d = check_depth(depth, allow_random=True)
+    wd = _check_width(width)
+    a = check_alpha(alpha)
+    check_batch(x)
+    g = _check_generator(generator, x)
+    if x.shape[0] == 0:
+        return x.clone()
+    return from_levels(_augmix_levels(to_levels(x), kinds, sev, d, wd, a, g), x)
+
+
+def batch_randaugment(
+    x: Tensor,
+    severity: float = 9,
+    depth: int = 2,
+    augmentation_set: str | Sequence[Callable[..., Any]] = "all",
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    r"""RandAugment on a batch: every sample applies ``depth`` operations of its own choice.
+
+    Each sample draws, independently, ``depth`` operations uniformly with replacement from the
+    set and applies them at level ``severity`` in a fair random direction, as
+    :func:`augment.randaugment` does per image.
+
+    Cost and memory: ``depth`` layers over the whole batch (see
+    :func:`augment.batched_ops.apply_ops`); peak extra memory, measured as for
+    :func:`batch_augment_and_mix`: about 10 float32 copies of the batch processed at once,
+    about 5 on CPU (groups of samples in turn).
+
+    Shape:
+        ``x``: :math:`(N, C, H, W)`, :math:`C \in \{1, 3\}`; output: the same shape, dtype and
+        device.
+
+    Args:
+        x: the batch, ``torch.uint8`` or floating point in [0, 1] (processed at 8-bit precision).
+        severity, depth, augmentation_set: as in :func:`augment.randaugment`.
+        generator: a ``torch.Generator`` on ``x``'s device, or ``None`` (torch's global one).
+
+    Returns:
+        The augmented batch (float input: multiples of 1/255).
+
+    Raises:
+        ValueError, TypeError: as :func:`batch_augment_and_mix`.
+
+    Example:
+        >>> import torch
+        >>> g = torch.Generator().manual_seed(0)
+        >>> x = torch.rand(4, 3, 16, 16, generator=g)
+        >>> batch_randaugment(x, severity=9, depth=2, generator=g).shape
+        torch.Size([4, 3, 16, 16])
+
+    Reference:
+        Cubuk et al., "RandAugment: Practical automated data augmentation with a reduced search
+        space", NeurIPS 2020.
+    """
+    kinds = _kinds(augmentation_set)
+    sev = check_severity(severity)
+    d = check_depth(depth, allow_random=False)
+    check_batch(x)
+    g = _check_generator(generator, x)
+    return _randaugment(x, kinds, sev, d, g)
+
+
+def _randaugment(
+    x: Tensor, kinds: tuple[str, ...], severity: float, depth: int, g: torch.Generator | None
+) -> Tensor:
+    n, dev = x.shape[0], x.device
+    if n == 0 or depth == 0:
+        return x.clone()
+    ops, signs = randaugment_draws(n, len(kinds), depth, g, dev)
+    level = torch.full((n, depth), float(severity), dtype=torch.float64, device=dev)
+    v = to_levels(x)
+    plan = plan_ops(ops, level, signs, kinds, v.shape[2], v.shape[3])
+    parts = []
+    for s in _chunks(v):
+        part = v[s]
+        for k in range(depth):
+            part = apply_plan(part, {key: t[s, k] for key, t in plan.items()}, kinds)
+        parts.append(part)
+    return from_levels(parts[0] if len(parts) == 1 else torch.cat(parts), x)
+
+
+class BatchAugMix(nn.Module):
+    """:func:`batch_augment_and_mix` as a module, to sit after the data loader.
+
+    See :func:`batch_augment_and_mix` for the arguments; it has no parameters or buffers, and
+    the generator is not part of its ``state_dict``.
+
+    Example:
+        >>> import torch
+        >>> aug = BatchAugMix(severity=3, width=3)
+        >>> aug
+        BatchAugMix(severity=3, depth=-1, width=3, alpha=1.0, augmentation_set='all')
+        >>> aug(torch.zeros(2, 1, 8, 8, dtype=torch.uint8)).shape
+        torch.Size([2, 1, 8, 8])
+        >>> compiled = torch.compile(aug, backend="aot_eager")  # generator=None inside compile
+    """
+
+    def __init__(
+        self,
+        severity: float = 3,
+        depth: int = -1,
+        width: int = 3,
+        alpha: float = 1.0,
+        augmentation_set: str | Sequence[Callable[..., Any]] = "all",
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        self._kinds = _kinds(augmentation_set)
+        check_severity(severity)
+        self.severity = severity
+        self.depth = check_depth(depth, allow_random=True)
+        self.width = _check_width(width)
+        check_alpha(alpha)
+        self.alpha = alpha
+        self.augmentation_set = augmentation_set
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(
+                f"generator must be a torch.Generator or None, got {type(generator).__name__}"
+            )
+        self.generator = generator
+
+    def forward(self, x: Tensor) -> Tensor:
+        check_batch(x)
+        g = _check_generator(self.generator, x)
+        if x.shape[0] == 0:
+            return x.clone()
+        v = _augmix_levels(
+            to_levels(x),
+            self._kinds,
+            float(self.severity),
+            self.depth,
+            self.width,
+            float(self.alpha),
+            g,
+        )
+        return from_levels(v, x)
+
+    def extra_repr(self) -> str:
+        return (
+            f"severity={self.severity}, depth={self.depth}, width={self.width}, "
+            f"alpha={self.alpha}, augmentation_set={set_repr(self.augmentation_set)}"
+        )
+
+
+class BatchRandAugment(nn.Module):
+    """:func:`batch_randaugment` as a module, to sit after the data loader.
+
+    See :func:`batch_randaugment` for the arguments.
+
+    Example:
+        >>> import torch
+        >>> ra = BatchRandAugment(severity=9, depth=2, augmentation_set="safe")
+        >>> ra
+        BatchRandAugment(severity=9, depth=2, augmentation_set='safe')
+        >>> ra(torch.zeros(2, 3, 8, 8)).dtype
+        torch.float32
+    """
+
+    def __init__(
+        self,
+        severity: float = 9,
+        depth: int = 2,
+        augmentation_set: str | Sequence[Callable[..., Any]] = "all",
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        self._kinds = _kinds(augmentation_set)
+        check_severity(severity)
+        self.severity = severity
+        self.depth = check_depth(depth, allow_random=False)
+        self.augmentation_set = augmentation_set
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(
+                f"generator must be a torch.Generator or None, got {type(generator).__name__}"
+            )
+        self.generator = generator
+
+    def forward(self, x: Tensor) -> Tensor:
+        check_batch(x)
+        g = _check_generator(self.generator, x)
+        return _randaugment(x, self._kinds, float(self.severity), self.depth, g)
+
+    def extra_repr(self) -> str:
+        return (
+            f"severity={self.severity}, depth={self.depth}, "
+            f"augmentation_set={set_repr(self.augmentation_set)}"
+        )
