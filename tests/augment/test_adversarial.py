@@ -22,6 +22,14 @@ CALLABLES = {
     "AugMix": lambda img, **kw: augment.AugMix(rng=random.Random(0), **kw)(img),
     "RandAugment": lambda img, **kw: augment.RandAugment(rng=random.Random(0), **kw)(img),
 }
+# The extremes of each transform's severity range: AugMix takes [0, 10], RandAugment [1, 10]
+# (the seed's ranges); the subnormal checks that a level scaled from it stays finite.
+EXTREME_SEVERITIES = {
+    "augment_and_mix": (0, 5e-324, 10),
+    "AugMix": (0, 5e-324, 10),
+    "randaugment": (1, 1 + 2**-52, 10),
+    "RandAugment": (1, 1 + 2**-52, 10),
+}
 OTHER_MODES = ["RGBA", "P", "I", "F", "1", "LA", "CMYK", "YCbCr", "HSV", "I;16", "RGBX", "PA"]
 
 
@@ -42,7 +50,7 @@ def test_tiny_and_lopsided_images_at_extreme_severities(name, size, mode):
     rs = np.random.default_rng(sum(size))
     w, h = size
     img = Image.fromarray(rs.integers(0, 256, (h, w, 3) if mode == "RGB" else (h, w), np.uint8))
-    for severity in (0, 5e-324, 10):
+    for severity in EXTREME_SEVERITIES[name]:
         out = CALLABLES[name](img, severity=severity)
         assert (out.size, out.mode) == (img.size, img.mode)
 
