@@ -249,6 +249,17 @@ class AlibiBias(nn.Module):
             raise ValueError(f"query_length ({query_length}) must be <= key_length ({key_length})")
         name = "causal_bias" if causal else "bias"
         cached = getattr(self, name)
+        if torch.compiler.is_compiling():
+            # Filling the cache inside a compiled graph would be a module mutation that dynamo
+            # guards on (the buffer goes from None to a tensor), so the second step would
+            # recompile. Traced, the bias is a few fused elementwise ops on iota: build it in
+            # the graph from the sizes, and leave the eager cache alone.
+            if device is None:
+                device = cached.device if cached is not None else torch.device("cpu")
+            if dtype is None:
+                dtype = cached.dtype if cached is not None else torch.float32
+            table = _bias_table(self.num_heads, key_length, causal, torch.device(device), dtype)
+            return table[:, key_length - query_length :] if not causal else table[:, :query_length]
         if device is None:
             device = cached.device if cached is not None else torch.device("cpu")
         device = torch.device(device)
@@ -275,11 +286,18 @@ class AlibiBias(nn.Module):
     ) -> torch.Tensor:
         # A cache built under inference_mode must stay usable for training afterwards.
         with torch.inference_mode(False), torch.no_grad():
-            bias = alibi_bias(self.num_heads, size, device=device, dtype=dtype)
-            if causal:
-                future = torch.ones(size, size, dtype=torch.bool, device=device).triu_(1)
-                bias.masked_fill_(future, torch.finfo(dtype).min)
-            return bias
+            return _bias_table(self.num_heads, size, causal, device, dtype)
+
+
+def _bias_table(
+    num_heads: int, size: int, causal: bool, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """The (H, size, size) bias; with ``causal``, keys after the query at the dtype's lowest."""
+    bias = alibi_bias(num_heads, size, device=device, dtype=dtype)
+    if causal:
+        future = torch.ones(size, size, dtype=torch.bool, device=device).triu_(1)
+        bias = bias.masked_fill(future, torch.finfo(dtype).min)
+    return bias
 
 
 class DisabledPositionEmbedding(nn.Module):

@@ -137,9 +137,10 @@ class _GhostBatchNorm(_BatchNorm):
         total_var.mul_(n / (n - 1))
         if self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
-        if self.momentum is None:
+        factor: float | torch.Tensor
+        if self.momentum is None:  # cumulative average, 1/num_batches_tracked, kept on the device
             assert self.num_batches_tracked is not None
-            factor = 1.0 / float(self.num_batches_tracked)
+            factor = self.num_batches_tracked.to(self.running_mean.dtype).reciprocal()
         else:
             factor = self.momentum
         self.running_mean.lerp_(total_mean.to(self.running_mean.dtype), factor)
