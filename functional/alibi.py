@@ -988,6 +988,44 @@ def apply_alibi(
     softmax removes, which costs precision in half precision with long caches. GPT-2's ``reorder_and_upcast_attn`` option does not apply to
     the ALiBi attention functions.
 
+    Under ``torch.compile`` the bias is computed inside the graph from the sequence lengths
+    (a few elementwise ops that the compiler fuses into the mask) instead of being read from the
+    eager cache, so a compiled training step builds one graph and does not recompile; a new
+    sequence length is a new shape (one more graph, or a dynamic-shape one). Under autocast the
+    bias is built in the dtype of the queries (the autocast dtype) and merged into the model's
+    own mask in that dtype; the attention runs as the model's ``"sdpa"``/``"eager"`` would.
+
+    Porting from Composer's ``apply_alibi`` (the seed's parameters):
+
+    * ``heads_per_layer``: inferred from each attention module (its ``num_heads`` or config);
+      layers with different head counts each get their own slopes.
+    * ``max_sequence_length``: the same argument, the same meaning.
+    * ``position_embedding_attribute``: found by the converter of the model class
+      (``transformer.wpe`` for GPT-2, ``embeddings.position_embeddings`` for BERT); for other
+      models call ``context.disable_position_embedding(table)`` in a converter given to
+      :func:`register_alibi`.
+    * ``attention_module`` and ``attr_to_replace``: the registry key -- :func:`register_alibi`
+      maps an attention class to a converter; no method is patched by name.
+    * ``alibi_attention``: built in, transformers' ``AttentionInterface`` functions
+      ``"alibi_sdpa"``/``"alibi_eager"`` (above); in a custom converter,
+      ``context.bias(num_heads)`` gives the shared :class:`AlibiBias` to add to the scores.
+    * ``mask_replacement_function``: not needed -- the bias is merged into the model's own mask,
+      and position-id buffers grow to ``max_sequence_length``.
+    * ``train_sequence_length_scaling``: a data-side recipe, not a model change (below).
+
+    The seed's ``train_sequence_length_scaling`` (train on sequences ``scaling`` times as long,
+    reshaping a ``(batch, L)`` batch to ``(batch / scaling, L * scaling)`` so no token is lost)
+    is :func:`apply_seq_length_warmup` with ``truncate=False``, applied to every training batch:
+
+    >>> import functional as F
+    >>> scaling = 0.25
+    >>> batch = {"input_ids": torch.arange(64).view(2, 32), "attention_mask": torch.ones(2, 32)}
+    >>> short = F.apply_seq_length_warmup(batch, int(32 * scaling), truncate=False)
+    >>> short["input_ids"].shape
+    torch.Size([8, 8])
+
+    Evaluate on full-length sequences (up to ``max_sequence_length``): ALiBi extrapolates.
+
     Args:
         model: the model to transform in place (not wrapped in DDP/FSDP/``torch.compile``).
         max_sequence_length: the longest sequence (keys, including any cache) to accept.

@@ -232,6 +232,13 @@ def apply_ghost_batchnorm(
     activations, and evaluation (which runs the unmodified ``BatchNorm`` code) computes exactly
     what the original model computes.
 
+    Autocast and compile: like ``nn.BatchNorm``, the layers are not cast by autocast; each ghost
+    batch is normalized in the input's dtype with the float32 affine parameters and statistics
+    (a bf16 activation from an autocast convolution gives a bf16 output), and the running
+    statistics stay float32. The forward pass reads no device value on the host (the
+    cumulative-average weight ``1/num_batches_tracked`` stays on the device) and compiles to one
+    graph per batch size; the ghost split depends only on the batch size.
+
     Only exact ``nn.BatchNorm1d/2d/3d`` instances are replaced (``SyncBatchNorm`` and
     subclasses with their own ``forward`` are left alone); parameters and buffers are shared,
     not copied, so optimizer state, pretrained statistics and state_dict keys are kept.
