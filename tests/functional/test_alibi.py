@@ -631,7 +631,7 @@ def test_seed_train_sequence_length_scaling_recipe():
         loss = model(**short, labels=short["input_ids"]).loss
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0]
     model.eval()
     with torch.no_grad():
