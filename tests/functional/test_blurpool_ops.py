@@ -222,9 +222,7 @@ def test_small_and_large_planes_agree_with_the_convolution(side):
     weight = torch.outer(*(torch.tensor([1.0, 2.0, 1.0], dtype=torch.float64),) * 2) / 16
     for stride in (1, 2):
         got = F.blur_2d(x, stride)
-        want = torch.nn.functional.conv2d(
-            x, weight.expand(5, 1, 3, 3), stride=stride, padding=1, groups=5
-        )
+        want = torch.nn.functional.conv2d(x, weight.expand(5, 1, 3, 3), stride=stride, padding=1, groups=5)
         torch.testing.assert_close(got, want)
         (g_got,) = torch.autograd.grad(got.sum(), x)
         (g_want,) = torch.autograd.grad(want.sum(), x)
