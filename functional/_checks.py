@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from surgery import NoEffectWarning, replace_module_classes
+from surgery import NoEffectWarning, replace_module_classes, update_params_in_optimizer
 from surgery._types import OptimizerArg, ReplacementFunction
 
 __all__ = [
@@ -508,8 +508,6 @@ def settle_new_parameters(
             for p in added:
                 p.requires_grad_(False)
             if held.intersection(id(p) for p in added):
-                from surgery import update_params_in_optimizer
-
                 update_params_in_optimizer(added, [], list(optimizers))
             frozen.append(name)
         elif optimizers and not held.intersection(id(p) for p in added):
