@@ -94,6 +94,25 @@ def bert() -> nn.Module:
     return model
 
 
+class TinyEncoderLM(nn.Module):
+    """Embedding, a two-layer ``nn.TransformerEncoder`` and a vocabulary head (torch only)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 16)
+        layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(16, VOCAB)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(self.embed(ids)))
+
+
+def encoder_alibi_glu() -> nn.Module:
+    model = F.apply_alibi(TinyEncoderLM(), max_sequence_length=64)
+    return F.apply_gated_linear_units(model, act_fn="silu")
+
+
 @dataclass(frozen=True)
 class Case:
     """A transformed model, its kind of data, and whether it is meant to run under autocast."""
@@ -124,6 +143,7 @@ CASES: dict[str, Case] = {
     "alibi_gpt2": Case(lambda: F.apply_alibi(gpt2(), max_sequence_length=64), tokens=True),
     "alibi_bert": Case(lambda: F.apply_alibi(bert(), max_sequence_length=64), tokens=True),
     "gated_linear_units": Case(lambda: F.apply_gated_linear_units(bert()), tokens=True),
+    "alibi_and_glu_transformer_encoder": Case(encoder_alibi_glu, tokens=True),
 }
 
 
