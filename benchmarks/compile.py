@@ -497,6 +497,12 @@ def _run(*, quick: bool, device: str, backend: str | None, only: str | None) -> 
         "of interleaved repeats of 3 steps, fresh data each step. Targets: 0 breaks, 0 recompiles."
     )
     models.notes.append(
+        "Each row (one implementation) times its eager and compiled steps interleaved; our rows "
+        "and Composer's are separate runs, so on a shared machine compare compiled / eager within "
+        "a row, not steps/s across rows (the models benchmark times ours against Composer's "
+        "interleaved)."
+    )
+    models.notes.append(
         "blurpool and stochastic_depth call the public functional API; their compile fixes "
         "land from another branch, so these rows reflect the branch this table was made on."
     )
