@@ -240,7 +240,7 @@ def test_compiled_training_step_one_graph_no_break_and_equals_eager(name: str) -
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["squeeze_excite", "alibi_gpt2"])
+@pytest.mark.parametrize("name", ["alibi_and_glu_transformer_encoder", "alibi_gpt2"])
 def test_inductor_training_step_equals_eager(name: str) -> None:
     run_compiled_vs_eager(CASES[name], "inductor")
 
