@@ -29,6 +29,7 @@ MODULES = {
     "models": "benchmarks.models",
     "optim": "benchmarks.optim",
     "alibi": "benchmarks.alibi_extrapolation",
+    "compile": "benchmarks.compile",
 }
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from surgery import NoEffectWarning, replace_module_classes
+from surgery import NoEffectWarning, replace_module_classes, update_params_in_optimizer
 from surgery._types import OptimizerArg, ReplacementFunction
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "sample_beta",
     "scalar_tensor",
     "sym_floor",
+    "settle_new_parameters",
     "warn_no_effect",
 ]
 
@@ -589,3 +590,71 @@ def check_indices(indices: object, batch: int, name: str = "indices") -> torch.T
             got,
         )
     return indices.long()
+
+
+# ---------------------------------------------------------------------------------------------
+# New parameters added by model transforms (SE, GLU, factorization): frozen state and optimizers
+# ---------------------------------------------------------------------------------------------
+
+
+def settle_new_parameters(
+    names: dict[int, str],
+    replaced: dict[nn.Module, nn.Module],
+    optimizers: Sequence[torch.optim.Optimizer],
+    transform: str,
+    *,
+    new_function: bool,
+) -> None:
+    """Apply the rule for parameters a transform created (see each ``apply_*``'s docstring).
+
+    ``replaced`` maps each replaced module to its replacement; ``names`` maps ``id(module)`` to
+    its name in the model (taken before surgery). A replacement's parameters that the replaced
+    module did not hold are *new*. Each new parameter inherits the frozen state of the replaced
+    module's ``weight``: the new parameters of a frozen layer get ``requires_grad=False`` and
+    leave every optimizer (the surgery engine added them to the group of a parameter the
+    optimizer held, such as a trainable bias). Then a ``UserWarning`` names
+
+    - with ``new_function`` (the new parameters start at a random value, so the layer computes
+      something new): the frozen layers, whose new parameters stay at that random value;
+    - when ``optimizers`` were passed: the trainable layers whose new parameters joined none of
+      them (the optimizers held none of the layer's parameters), so nothing would train them.
+
+    Both warnings say how to train the new parameters instead.
+    """
+    frozen: list[str] = []
+    orphans: list[str] = []
+    held = {id(p) for opt in optimizers for g in opt.param_groups for p in g["params"]}
+    for old, new in replaced.items():
+        old_ids = {id(p) for p in old.parameters()}
+        added = [p for p in new.parameters() if id(p) not in old_ids]
+        if not added:
+            continue
+        weight = getattr(old, "weight", None)
+        trainable = weight.requires_grad if isinstance(weight, torch.Tensor) else True
+        name = names.get(id(old), type(old).__name__)
+        if not trainable:
+            for p in added:
+                p.requires_grad_(False)
+            if held.intersection(id(p) for p in added):
+                update_params_in_optimizer(added, [], list(optimizers))
+            frozen.append(name)
+        elif optimizers and not held.intersection(id(p) for p in added):
+            orphans.append(name)
+    if frozen and new_function:
+        warnings.warn(
+            f"{transform}: these layers are frozen (weight.requires_grad=False), so their new "
+            f"parameters are frozen too and keep their random initial values: "
+            f"{', '.join(frozen)}; to train them, call requires_grad_(True) on the new "
+            "parameters and add them to an optimizer (opt.add_param_group({'params': ...}))",
+            UserWarning,
+            stacklevel=3,
+        )
+    if orphans:
+        warnings.warn(
+            f"{transform}: no optimizer passed holds these layers, so their new trainable "
+            f"parameters joined none and would never be updated: {', '.join(orphans)}; add "
+            "them to an optimizer (opt.add_param_group) or pass the optimizer that trains "
+            "these layers",
+            UserWarning,
+            stacklevel=3,
+        )

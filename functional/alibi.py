@@ -249,6 +249,17 @@ class AlibiBias(nn.Module):
             raise ValueError(f"query_length ({query_length}) must be <= key_length ({key_length})")
         name = "causal_bias" if causal else "bias"
         cached = getattr(self, name)
+        if torch.compiler.is_compiling():
+            # Filling the cache inside a compiled graph would be a module mutation that dynamo
+            # guards on (the buffer goes from None to a tensor), so the second step would
+            # recompile. Traced, the bias is a few fused elementwise ops on iota: build it in
+            # the graph from the sizes, and leave the eager cache alone.
+            if device is None:
+                device = cached.device if cached is not None else torch.device("cpu")
+            if dtype is None:
+                dtype = cached.dtype if cached is not None else torch.float32
+            table = _bias_table(self.num_heads, key_length, causal, torch.device(device), dtype)
+            return table[:, key_length - query_length :] if not causal else table[:, :query_length]
         if device is None:
             device = cached.device if cached is not None else torch.device("cpu")
         device = torch.device(device)
@@ -275,11 +286,18 @@ class AlibiBias(nn.Module):
     ) -> torch.Tensor:
         # A cache built under inference_mode must stay usable for training afterwards.
         with torch.inference_mode(False), torch.no_grad():
-            bias = alibi_bias(self.num_heads, size, device=device, dtype=dtype)
-            if causal:
-                future = torch.ones(size, size, dtype=torch.bool, device=device).triu_(1)
-                bias.masked_fill_(future, torch.finfo(dtype).min)
-            return bias
+            return _bias_table(self.num_heads, size, causal, device, dtype)
+
+
+def _bias_table(
+    num_heads: int, size: int, causal: bool, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """The (H, size, size) bias; with ``causal``, keys after the query at the dtype's lowest."""
+    bias = alibi_bias(num_heads, size, device=device, dtype=dtype)
+    if causal:
+        future = torch.ones(size, size, dtype=torch.bool, device=device).triu_(1)
+        bias = bias.masked_fill(future, torch.finfo(dtype).min)
+    return bias
 
 
 class DisabledPositionEmbedding(nn.Module):
@@ -969,6 +987,44 @@ def apply_alibi(
     ``DynamicCache``; with a ``StaticCache`` the bias is off by a per-row constant that the
     softmax removes, which costs precision in half precision with long caches. GPT-2's ``reorder_and_upcast_attn`` option does not apply to
     the ALiBi attention functions.
+
+    Under ``torch.compile`` the bias is computed inside the graph from the sequence lengths
+    (a few elementwise ops that the compiler fuses into the mask) instead of being read from the
+    eager cache, so a compiled training step builds one graph and does not recompile; a new
+    sequence length is a new shape (one more graph, or a dynamic-shape one). Under autocast the
+    bias is built in the dtype of the queries (the autocast dtype) and merged into the model's
+    own mask in that dtype; the attention runs as the model's ``"sdpa"``/``"eager"`` would.
+
+    Porting from Composer's ``apply_alibi`` (the seed's parameters):
+
+    * ``heads_per_layer``: inferred from each attention module (its ``num_heads`` or config);
+      layers with different head counts each get their own slopes.
+    * ``max_sequence_length``: the same argument, the same meaning.
+    * ``position_embedding_attribute``: found by the converter of the model class
+      (``transformer.wpe`` for GPT-2, ``embeddings.position_embeddings`` for BERT); for other
+      models call ``context.disable_position_embedding(table)`` in a converter given to
+      :func:`register_alibi`.
+    * ``attention_module`` and ``attr_to_replace``: the registry key -- :func:`register_alibi`
+      maps an attention class to a converter; no method is patched by name.
+    * ``alibi_attention``: built in, transformers' ``AttentionInterface`` functions
+      ``"alibi_sdpa"``/``"alibi_eager"`` (above); in a custom converter,
+      ``context.bias(num_heads)`` gives the shared :class:`AlibiBias` to add to the scores.
+    * ``mask_replacement_function``: not needed -- the bias is merged into the model's own mask,
+      and position-id buffers grow to ``max_sequence_length``.
+    * ``train_sequence_length_scaling``: a data-side recipe, not a model change (below).
+
+    The seed's ``train_sequence_length_scaling`` (train on sequences ``scaling`` times as long,
+    reshaping a ``(batch, L)`` batch to ``(batch / scaling, L * scaling)`` so no token is lost)
+    is :func:`apply_seq_length_warmup` with ``truncate=False``, applied to every training batch:
+
+    >>> import functional as F
+    >>> scaling = 0.25
+    >>> batch = {"input_ids": torch.arange(64).view(2, 32), "attention_mask": torch.ones(2, 32)}
+    >>> short = F.apply_seq_length_warmup(batch, int(32 * scaling), truncate=False)
+    >>> short["input_ids"].shape
+    torch.Size([8, 8])
+
+    Evaluate on full-length sequences (up to ``max_sequence_length``): ALiBi extrapolates.
 
     Args:
         model: the model to transform in place (not wrapped in DDP/FSDP/``torch.compile``).

@@ -17,6 +17,9 @@ def apply_channels_last(model: nn.Module) -> nn.Module:
     faster; feed the model channels-last inputs (``x.to(memory_format=torch.channels_last)``)
     for the full effect. Values, dtypes, devices and the ``Parameter`` objects themselves are
     unchanged (only the strides change), so optimizers and checkpoints keep working as they are.
+    Autocast and ``torch.compile`` see the same layers as before: the dtype rules are autocast's
+    own, and a compiled model keeps one graph as long as the inputs keep their memory format
+    (a change of input strides is a new graph).
 
     Args:
         model: the model to change in place.

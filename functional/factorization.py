@@ -23,8 +23,9 @@ from functional._checks import (
     check_module,
     latent_size,
     replace_chosen,
+    settle_new_parameters,
 )
-from surgery._types import OptimizerArg
+from surgery._types import OptimizerArg, as_optimizer_list
 
 __all__ = ["FactorizedConv2d", "FactorizedLinear", "apply_factorization"]
 
@@ -87,11 +88,19 @@ class _Factorized(nn.Module):
         raise NotImplementedError
 
     def _adopt(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        """Fill a layer built on the meta device from the dense ``weight``; reuse ``bias``."""
+        """Fill a layer built on the meta device from the dense ``weight``; reuse ``bias``.
+
+        The factors inherit ``weight``'s ``requires_grad``: factorizing a frozen layer keeps
+        it frozen. A ``weight`` on the meta device gives meta factors (shapes only).
+        """
         for factor in (self.module0, self.module1):
-            factor.weight = nn.Parameter(torch.empty_like(factor.weight, device=weight.device))
+            factor.weight = nn.Parameter(
+                torch.empty_like(factor.weight, device=weight.device),
+                requires_grad=weight.requires_grad,
+            )
         self.module1.bias = bias
-        self._set_from_dense(weight)
+        if not weight.is_meta:
+            self._set_from_dense(weight)
 
     def _set_from_dense(self, weight: torch.Tensor) -> None:
         left, right, error = _svd_factors(weight.reshape(weight.shape[0], -1), self.latent_size)
@@ -334,6 +343,15 @@ def apply_factorization(
     the weight). The bias ``Parameter`` is reused; the factors are new parameters and take the
     place of the dense weight in its optimizer param group.
 
+    Frozen layers stay frozen: the factors inherit the dense weight's ``requires_grad``, and the
+    factors of a frozen weight join no optimizer, even one that holds the layer's trainable bias.
+    On the ``meta`` device (shape-only model building) the layers are replaced with meta factors
+    and no decomposition runs (``approximation_error`` is NaN).
+
+    Autocast: the factor layers are plain ``nn.Conv2d``/``nn.Linear`` and follow autocast's
+    rules for them (the autocast dtype); the latent activation between them is in that dtype
+    too, so the output dtype is the one the dense layer would give.
+
     The state_dict keys change (``weight`` becomes ``module0.weight``/``module1.weight``,
     ``bias`` becomes ``module1.bias``): load a checkpoint of the dense model with
     ``model.load_state_dict(surgery.remap_state_dict(checkpoint, model))``, which factorizes it
@@ -405,7 +423,9 @@ def apply_factorization(
             return None
         return FactorizedLinear.from_linear(linear, latent_features=rank)
 
-    replace_chosen(
+    opts = as_optimizer_list(optimizers)
+    names = {id(m): name for name, m in model.named_modules()}
+    replaced = replace_chosen(
         model,
         "apply_factorization",
         [
@@ -422,8 +442,9 @@ def apply_factorization(
                 f"nn.Linear with min(in_features, out_features) >= {min_features}",
             ),
         ],
-        optimizers,
+        opts,
         qualifier=" whose factorization at the requested rank saves multiply-adds",
         none_chosen="layer to factorize (factorize_convs and factorize_linears are both False)",
     )
+    settle_new_parameters(names, replaced, opts, "apply_factorization", new_function=False)
     return model

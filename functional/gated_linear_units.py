@@ -28,7 +28,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from functional._checks import check_bool, check_generator, check_module, warn_no_effect
+from functional._checks import (
+    check_bool,
+    check_generator,
+    check_module,
+    settle_new_parameters,
+    warn_no_effect,
+)
 from functional._transformer_layers import (
     ModularTransformerEncoderLayer,
     disable_nested_tensor,
@@ -70,6 +76,11 @@ class GatedLinear(nn.Linear):
     Shape:
         - input: :math:`(*, H_{in})`
         - output: :math:`(*, H_{out})`
+
+    Autocast:
+        Both projections follow autocast's rule for ``linear`` (the autocast dtype); the
+        activation and the product keep that dtype, so the output is in the autocast dtype, as
+        an ``nn.Linear``'s would be. Outside autocast everything runs in the weights' dtype.
 
     Example:
         >>> layer = GatedLinear.from_linear(nn.Linear(4, 8), F.gelu)
@@ -127,15 +138,21 @@ class GatedLinear(nn.Linear):
             dtype=weight.dtype,
         )
         with torch.no_grad():
-            std = float(weight.detach().float().std()) if weight.numel() > 1 else math.nan
+            if weight.is_meta:  # shape-only model building: no values to draw or read
+                std = math.nan
+            elif weight.numel() > 1:  # once, at conversion (not per step)
+                std = float(weight.detach().float().std())
+            else:
+                std = math.nan
             if not math.isfinite(std) or std == 0.0:
                 std = 1.0 / math.sqrt(max(linear.in_features, 1))
-            device = generator.device if generator is not None else weight.device
-            sample = torch.empty(gate.weight.shape, dtype=torch.float32, device=device)
-            sample.normal_(0.0, std, generator=generator)
-            gate.weight.copy_(sample)
-            if gate.bias is not None:
-                gate.bias.zero_()
+            if not weight.is_meta:
+                device = generator.device if generator is not None else weight.device
+                sample = torch.empty(gate.weight.shape, dtype=torch.float32, device=device)
+                sample.normal_(0.0, std, generator=generator)
+                gate.weight.copy_(sample)
+                if gate.bias is not None:
+                    gate.bias.zero_()
         new.gate = gate
         new.activation = activation
         return new
@@ -201,6 +218,14 @@ def apply_gated_linear_units(
     :func:`surgery.remap_state_dict`. The hidden width is kept, so each block gains
     ``d_model × d_ff`` gate weights. New parameters join the optimizer param group of the
     projection they gate.
+
+    Frozen and partly optimized models: the gate (and a new value bias) takes the frozen state
+    of the projection's ``weight``. A frozen projection gets a frozen gate that joins no
+    optimizer, and as the gate starts random a ``UserWarning`` names those layers and says how
+    to train their gates instead; when ``optimizers`` are passed and none of them holds a
+    trainable projection, its gate could join no param group and a ``UserWarning`` names it.
+    On the ``meta`` device (shape-only model building) the gate is created without drawing
+    values; initialise the model after ``to_empty``.
 
     Args:
         model: the model to transform in place (not wrapped in DDP/FSDP/``torch.compile``).
@@ -277,11 +302,13 @@ def apply_gated_linear_units(
                 layers.append(module)
 
     if targets:
-        replace_module_classes(
+        names = {id(m): name for name, m in model.named_modules()}
+        replaced = replace_module_classes(
             model,
             {nn.Linear: lambda linear, _index: targets.get(id(linear))},
             optimizers=opts,
         )
+        settle_new_parameters(names, replaced, opts, "apply_gated_linear_units", new_function=True)
         for block, attribute in slots:  # the activation now lives on the gate
             setattr(block, attribute, nn.Identity())
         for layer in layers:

@@ -137,9 +137,10 @@ class _GhostBatchNorm(_BatchNorm):
         total_var.mul_(n / (n - 1))
         if self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
-        if self.momentum is None:
+        factor: float | torch.Tensor
+        if self.momentum is None:  # cumulative average, 1/num_batches_tracked, kept on the device
             assert self.num_batches_tracked is not None
-            factor = 1.0 / float(self.num_batches_tracked)
+            factor = self.num_batches_tracked.to(self.running_mean.dtype).reciprocal()
         else:
             factor = self.momentum
         self.running_mean.lerp_(total_mean.to(self.running_mean.dtype), factor)
@@ -230,6 +231,13 @@ def apply_ghost_batchnorm(
     ghost batch norm has the running statistics plain batch norm would have on the same
     activations, and evaluation (which runs the unmodified ``BatchNorm`` code) computes exactly
     what the original model computes.
+
+    Autocast and compile: like ``nn.BatchNorm``, the layers are not cast by autocast; each ghost
+    batch is normalized in the input's dtype with the float32 affine parameters and statistics
+    (a bf16 activation from an autocast convolution gives a bf16 output), and the running
+    statistics stay float32. The forward pass reads no device value on the host (the
+    cumulative-average weight ``1/num_batches_tracked`` stays on the device) and compiles to one
+    graph per batch size; the ghost split depends only on the batch size.
 
     Only exact ``nn.BatchNorm1d/2d/3d`` instances are replaced (``SyncBatchNorm`` and
     subclasses with their own ``forward`` are left alone); parameters and buffers are shared,

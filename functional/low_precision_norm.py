@@ -197,6 +197,13 @@ def apply_low_precision_layernorm(
     and returns its input's dtype. A full-precision ``dtype`` (float32/float64) has nothing to
     do and only warns.
 
+    Dtype rule under autocast (on the input's device): input, weight and bias are cast to
+    ``dtype``, the normalization runs there with autocast off, and the result is cast back to
+    the input's dtype (a float32 input gives float32, a bf16 activation bf16); gradients reach
+    the float32 parameters in float32. Use bf16 on CPU; fp16 is meant for CUDA with a
+    ``GradScaler``. The check of the autocast state is a Python-level query, so the layers
+    compile to one graph with no break (a graph built under autocast is reused under it).
+
     Args:
         model: the model to change in place.
         dtype: ``torch.float16`` or ``torch.bfloat16``.

@@ -15,10 +15,11 @@ from functional._checks import (
     check_module,
     clone_module_as,
     latent_size,
+    settle_new_parameters,
     warn_no_effect,
 )
 from surgery import replace_module_classes
-from surgery._types import OptimizerArg
+from surgery._types import OptimizerArg, as_optimizer_list
 from surgery.checkpoint import fill_missing_entries
 
 __all__ = ["SqueezeExcite2d", "SqueezeExciteConv2d", "apply_se", "apply_squeeze_excite"]
@@ -45,6 +46,12 @@ class SqueezeExcite2d(nn.Module):
         >>> se = SqueezeExcite2d(16, latent_channels=0.25)
         >>> se.fc1.out_features, se(torch.randn(2, 16, 5, 5)).shape
         (4, torch.Size([2, 16, 5, 5]))
+
+    Autocast:
+        Under ``torch.autocast`` the two linear layers run in the autocast dtype (as
+        ``nn.Linear`` does), the mean over the plane in the input's dtype, and the output has the
+        promoted dtype of the input and the gate: the autocast dtype when the input comes from an
+        autocast convolution (the usual case), the input's dtype for a float32 input.
 
     Reference:
         Hu, Shen, Albanie, Sun and Wu, "Squeeze-and-Excitation Networks", CVPR 2018.
@@ -74,17 +81,28 @@ class SqueezeExciteConv2d(nn.Conv2d):
     current values); one saved afterwards loads into the plain model with ``strict=False``.
 
     Args:
-        *args, **kwargs: the ``nn.Conv2d`` arguments.
+        *args, **kwargs: the ``nn.Conv2d`` arguments (none with ``conv``).
         latent_channels: the block's hidden width (fraction of ``out_channels`` when < 1).
+        conv: an existing ``nn.Conv2d`` to put the block after, as in Composer's
+            ``SqueezeExciteConv2d(conv=conv)``: its Parameters, buffers and settings are shared,
+            not copied (the same as :meth:`from_conv2d`); then pass no other ``nn.Conv2d``
+            argument.
 
     Shape:
         - Input: (B, C_in, H, W)
         - Output: (B, C_out, H_out, W_out), as the plain convolution.
 
+    Autocast:
+        The convolution follows autocast's rule for ``conv2d`` (the autocast dtype), then the
+        block runs as :class:`SqueezeExcite2d` describes: output in the autocast dtype.
+
     Example:
         >>> conv = SqueezeExciteConv2d(8, 16, 3, padding=1, latent_channels=4)
         >>> conv(torch.randn(2, 8, 6, 6)).shape
         torch.Size([2, 16, 6, 6])
+        >>> plain = nn.Conv2d(8, 16, 3)
+        >>> SqueezeExciteConv2d(conv=plain, latent_channels=4).weight is plain.weight
+        True
 
     Reference:
         Hu, Shen, Albanie, Sun and Wu, "Squeeze-and-Excitation Networks", CVPR 2018.
@@ -92,8 +110,21 @@ class SqueezeExciteConv2d(nn.Conv2d):
 
     se: SqueezeExcite2d
 
-    def __init__(self, *args, latent_channels: float = 0.125, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self, *args, latent_channels: float = 0.125, conv: nn.Conv2d | None = None, **kwargs
+    ) -> None:
+        if conv is None:
+            super().__init__(*args, **kwargs)
+        else:
+            if not isinstance(conv, nn.Conv2d):
+                raise TypeError(f"conv must be an nn.Conv2d or None, got {type(conv).__name__}")
+            if args or kwargs:
+                given = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+                raise TypeError(
+                    "SqueezeExciteConv2d takes either nn.Conv2d arguments or conv=, not both; "
+                    f"got conv and {', '.join(given)}"
+                )
+            self.__dict__.update(clone_module_as(conv, type(self)).__dict__)
         self._init_se(latent_channels)
 
     def _init_se(self, latent_channels: float) -> None:
@@ -144,6 +175,16 @@ def apply_se(
     convolution's weight. Convolutions already converted by this or another transform are left
     alone, so the transform is idempotent.
 
+    Frozen and partly optimized models (fine-tuning a frozen backbone): the new block of a
+    convolution takes the frozen state of the convolution's ``weight``. After a frozen
+    convolution (``requires_grad=False``) the block is frozen too and joins no optimizer, so the
+    frozen part stays frozen (and ``requires_grad``-filtered optimizers built afterwards skip it);
+    as the block starts random, a ``UserWarning`` names those layers and says how to train their
+    blocks instead. When ``optimizers`` are passed and none of them holds a trainable
+    convolution's parameters, its block could join no param group: a ``UserWarning`` names it
+    (its parameters stay trainable, for an optimizer you add them to). Convolutions of a frozen
+    backbone are often narrow enough to skip with ``min_channels``.
+
     Args:
         model: the model to change in place.
         latent_channels: hidden width of each block; below 1, a fraction of the convolution's
@@ -177,9 +218,10 @@ def apply_se(
             return None
         return SqueezeExciteConv2d.from_conv2d(conv, latent_channels=latent_channels)
 
-    replaced = replace_module_classes(
-        model, {nn.Conv2d: convert}, optimizers=optimizers, exact_type=True
-    )
+    opts = as_optimizer_list(optimizers)
+    names = {id(m): name for name, m in model.named_modules()}
+    replaced = replace_module_classes(model, {nn.Conv2d: convert}, optimizers=opts, exact_type=True)
+    settle_new_parameters(names, replaced, opts, "apply_se", new_function=True)
     if not replaced:
         warn_no_effect(
             "apply_se", f"nn.Conv2d with min(in_channels, out_channels) >= {min_channels}"

@@ -132,6 +132,18 @@ def apply_weight_standardization(model: nn.Module, n_last_layers_ignore: int = 0
     :func:`surgery.remap_state_dict`). Already standardized convolutions are left alone
     (idempotent). Apply this after transforms that replace convolutions.
 
+    Saving: a standardized model cannot be pickled whole -- ``torch.save(model)``,
+    ``pickle.dumps(model)`` and sending the module to another process raise ``RuntimeError``
+    ("Serialization of parametrized modules is only supported through state_dict()"), a limit of
+    ``torch.nn.utils.parametrize``. Save ``model.state_dict()`` instead, and to load, build the
+    model, apply this transform, then ``load_state_dict`` (a state_dict of the plain model loads
+    too). ``copy.deepcopy(model)`` works. To export plain weights, remove the parametrizations
+    with ``parametrize.remove_parametrizations(conv, "weight", leave_parametrized=True)``.
+
+    Autocast: the standardization runs in float32 (float64 for float64 weights) and returns the
+    weight's dtype; the convolution then casts it to the autocast dtype as usual, so the layer's
+    output dtype is the one the plain convolution gives.
+
     Args:
         model: the model to change in place.
         n_last_layers_ignore: number of final convolutions to leave unstandardized.

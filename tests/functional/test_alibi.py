@@ -605,3 +605,35 @@ def test_argument_validation():
     with pytest.raises(TypeError, match=r"torch\.compile"):
         fn.apply_alibi(torch.compile(model), 64)
     assert isinstance(model.transformer.wpe, nn.Embedding)  # refusals changed nothing
+
+
+def test_seed_train_sequence_length_scaling_recipe():
+    """Issue 14 #5: the seed's ``train_sequence_length_scaling`` is a data-side recipe: every
+    training batch (batch, L) is reshaped to (batch / scaling, L * scaling) with no token lost
+    (``apply_seq_length_warmup(..., truncate=False)``); the ALiBi model trains on the short rows
+    and evaluates on sequences longer than both the training rows and its old position table."""
+    train_sequence_length_scaling = 0.25
+    max_sequence_length = 64
+    torch.manual_seed(0)
+    model = fn.apply_alibi(gpt2(n_positions=16), max_sequence_length=max_sequence_length).train()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, VOCAB, (2, 32), generator=g)
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    short = fn.apply_seq_length_warmup(
+        batch, int(32 * train_sequence_length_scaling), truncate=False
+    )
+    assert short["input_ids"].shape == (8, 8)
+    assert torch.equal(short["input_ids"].reshape(2, 32), ids)  # every token kept, in order
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(3):
+        opt.zero_grad()
+        loss = model(**short, labels=short["input_ids"]).loss
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0]
+    model.eval()
+    with torch.no_grad():
+        long = torch.randint(0, VOCAB, (1, max_sequence_length), generator=g)
+        assert model(long).logits.shape == (1, max_sequence_length, VOCAB)

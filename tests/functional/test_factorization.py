@@ -18,6 +18,7 @@ from tests.functional._model_checks import (
     assert_optimizer_matches,
     assert_state_survives,
     momentum_of,
+    optimizer_ids,
     sgd_with_state,
     train_step,
 )
@@ -157,3 +158,49 @@ def test_validation_and_dtype():
     apply_factorization(model, min_features=64, latent_features=16)
     assert_dtype(model, torch.bfloat16)
     assert model(torch.randn(2, 64, dtype=torch.bfloat16)).dtype == torch.bfloat16
+
+
+def test_frozen_layer_stays_frozen_and_its_factors_join_no_optimizer():
+    """Issue 13 #3: a frozen weight's factors get requires_grad=False and stay out of an
+    optimizer that holds the layer's (trainable) bias; a trainable layer's factors join it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64))
+    model[0].weight.requires_grad_(False)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    apply_factorization(model, min_features=32, latent_features=8, optimizers=opt)
+    frozen, trainable = model[0], model[2]
+    assert isinstance(frozen, FactorizedLinear) and isinstance(trainable, FactorizedLinear)
+    assert not frozen.module0.weight.requires_grad and not frozen.module1.weight.requires_grad
+    assert frozen.module1.bias.requires_grad
+    held = set(optimizer_ids(opt))
+    assert id(frozen.module0.weight) not in held and id(frozen.module1.weight) not in held
+    assert id(frozen.module1.bias) in held
+    assert {id(p) for p in trainable.parameters()} <= held
+    assert_optimizer_matches(opt, model)
+    before = frozen.module0.weight.detach().clone()
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(1))
+    opt.zero_grad()
+    model(x).square().mean().backward()
+    opt.step()
+    assert torch.equal(frozen.module0.weight, before)
+
+
+def test_frozen_conv_factors_stay_frozen():
+    conv = nn.Conv2d(32, 32, 3)
+    conv.requires_grad_(False)
+    model = nn.Sequential(conv)
+    apply_factorization(model, min_channels=16, latent_channels=4)
+    assert not any(p.requires_grad for p in model.parameters())
+
+
+def test_meta_device_builds_shapes_without_decomposing():
+    """Issue 13 #8: shape-only model building on the meta device."""
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Conv2d(32, 32, 3), nn.Flatten(), nn.Linear(32 * 4, 64))
+    apply_factorization(
+        model, min_channels=16, latent_channels=4, min_features=32, latent_features=8
+    )
+    assert isinstance(model[0], FactorizedConv2d) and isinstance(model[2], FactorizedLinear)
+    assert all(p.is_meta for p in model.parameters())
+    out = model(torch.empty(2, 32, 4, 4, device="meta"))
+    assert out.shape == (2, 64) and out.is_meta

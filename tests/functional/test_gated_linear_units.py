@@ -254,3 +254,48 @@ def test_no_effect_warning_and_validation():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fn.apply_gated_linear_units(model)
+
+
+# ----------------------------------------------------------------------------- frozen and meta
+
+
+def test_frozen_bert_gates_inherit_frozen_state_and_warn():
+    """Issue 13 #4: fine-tuning only the head of a frozen BERT: the gates of the frozen
+    feed-forward blocks are frozen, join no optimizer, and a warning names the blocks."""
+    torch.manual_seed(0)
+    model = bert()
+    model.bert.requires_grad_(False)
+    head = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(head, lr=1e-3)
+    with pytest.warns(
+        UserWarning, match=r"these layers are frozen.*encoder\.layer\.0\.intermediate\.dense"
+    ):
+        fn.apply_gated_linear_units(model, opt)
+    gates = [m.gate for m in model.modules() if isinstance(m, GatedLinear)]
+    assert len(gates) == 2
+    assert not any(p.requires_grad for g in gates for p in g.parameters())
+    assert set(optimizer_ids(opt)) == {id(p) for p in model.parameters() if p.requires_grad}
+
+
+def test_partial_optimizer_orphan_gates_are_named():
+    torch.manual_seed(0)
+    model = encoder()
+    opt = torch.optim.SGD(model.layers[0].parameters(), lr=0.1)
+    with pytest.warns(
+        UserWarning, match=r"no optimizer passed holds these layers.*layers\.1\.linear1"
+    ):
+        fn.apply_gated_linear_units(model, opt)
+    held = set(optimizer_ids(opt))
+    assert id(model.layers[0].linear1.gate.weight) in held
+    assert id(model.layers[1].linear1.gate.weight) not in held
+    assert model.layers[1].linear1.gate.weight.requires_grad
+
+
+def test_meta_device_model_building():
+    """Issue 13 #8: no ``.item()`` on meta weights; the forward runs on meta."""
+    with torch.device("meta"):
+        model = encoder()
+    fn.apply_gated_linear_units(model, act_fn="silu")
+    assert isinstance(model.layers[0].linear1, GatedLinear)
+    assert all(p.is_meta for p in model.parameters())
+    assert model(torch.empty(2, 5, 8, device="meta")).shape == (2, 5, 8)

@@ -111,3 +111,68 @@ def test_no_effect_dtype_and_alias():
     assert isinstance(model[2], SqueezeExciteConv2d) and type(model[0]) is nn.Conv2d
     assert_dtype(model, torch.float64)
     assert model(torch.randn(1, 3, 8, 8, dtype=torch.float64)).dtype == torch.float64
+
+
+def test_seed_constructor_with_an_existing_conv():
+    """Issue 14 #3: ``SqueezeExciteConv2d(..., conv=existing_conv)`` as in the seed."""
+    conv = nn.Conv2d(8, 16, 3, padding=1, stride=2)
+    se_conv = SqueezeExciteConv2d(latent_channels=0.25, conv=conv)
+    assert se_conv.weight is conv.weight and se_conv.bias is conv.bias
+    assert se_conv.stride == (2, 2) and se_conv.se.fc1.out_features == 4
+    x = torch.randn(2, 8, 6, 6, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(se_conv(x), se_conv.se(conv(x)))
+    se_conv.se.fc1.weight.data.zero_()  # the block is the clone's own
+    assert not hasattr(conv, "se")
+    with pytest.raises(TypeError, match=r"either nn\.Conv2d arguments or conv="):
+        SqueezeExciteConv2d(8, 16, 3, conv=conv)
+    with pytest.raises(TypeError, match=r"conv must be an nn\.Conv2d"):
+        SqueezeExciteConv2d(conv=nn.Linear(2, 2))
+
+
+def _frozen_backbone() -> tuple[nn.Module, torch.optim.Optimizer]:
+    """A classifier fine-tuned on a frozen backbone: only the head is trainable and optimized."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4),
+    )  # fmt: skip
+    for p in model[:4].parameters():
+        p.requires_grad_(False)
+    opt = torch.optim.SGD(model[6].parameters(), lr=0.1)
+    return model, opt
+
+
+def test_frozen_backbone_blocks_inherit_frozen_state_and_warn():
+    """Issue 13 #4: blocks after frozen convolutions are frozen and join no optimizer (the
+    backbone stays frozen), and a warning names the layers and how to train them."""
+    model, opt = _frozen_backbone()
+    with pytest.warns(
+        UserWarning, match=r"apply_se: these layers are frozen.*: 2; .*requires_grad_"
+    ):
+        apply_se(model, latent_channels=2, min_channels=8, optimizers=opt)
+    block = model[2].se
+    assert not any(p.requires_grad for p in block.parameters())
+    assert_optimizer_matches(opt, model)
+
+
+def test_partial_optimizer_orphan_blocks_are_named():
+    """Trainable convolutions that no passed optimizer holds: their blocks stay trainable (for
+    an optimizer the user adds them to) and a warning names them."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Conv2d(8, 8, 3), nn.Flatten(), nn.LazyLinear(2))
+    opt = torch.optim.SGD(model[0].parameters(), lr=0.1)
+    with pytest.warns(UserWarning, match=r"no optimizer passed holds these layers.*: 1;"):
+        apply_se(model, latent_channels=2, min_channels=3, optimizers=opt)
+    assert all(p.requires_grad for p in model[1].se.parameters())
+    held = {id(p) for g in opt.param_groups for p in g["params"]}
+    assert {id(p) for p in model[0].se.parameters()} <= held  # the held one joined
+    assert not held & {id(p) for p in model[1].se.parameters()}
+
+
+def test_no_warning_when_everything_is_trainable_and_held(no_warnings):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Conv2d(8, 8, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    apply_se(model, latent_channels=2, min_channels=3, optimizers=opt)
+    assert_optimizer_matches(opt, model)
+    apply_se(nn.Sequential(nn.Conv2d(3, 8, 3), nn.Conv2d(8, 8, 3)), 2, 3)  # no optimizer

@@ -17,6 +17,7 @@ from tests.functional._model_checks import (
     assert_no_effect,
     assert_optimizer_matches,
     assert_state_survives,
+    calibrate_batchnorm,
     momentum_of,
     sgd_with_state,
     train_step,
@@ -71,7 +72,14 @@ def test_apply_on_resnet18():
             used = model.get_submodule(name).weight
             torch.testing.assert_close(used, standardized(weights[name]), rtol=1e-5, atol=1e-5)
             reference.get_submodule(name).weight.copy_(used)
-        assert torch.equal(model.eval()(x), reference(x))
+        # BatchNorm statistics of the standardized model on x: evaluation well-conditioned on
+        # any CPU (random-init statistics can overflow a deep network to inf/NaN).
+        calibrate_batchnorm(model, x)
+        for name, buffer in model.named_buffers():
+            reference.get_buffer(name).copy_(buffer)
+        expected = reference(x)
+        assert torch.isfinite(expected).all()
+        assert torch.equal(model.eval()(x), expected)
     train_step(model, x, opt)
 
     # Checkpoints with the plain keys load directly and through remap_state_dict.
@@ -130,3 +138,30 @@ def test_no_effect_and_validation():
         warnings.simplefilter("error")
         apply_weight_standardization(conv)
     assert conv.weight.dtype == torch.bfloat16
+
+
+def test_pickling_is_refused_and_the_state_dict_route_works(tmp_path):
+    """Issue 13 #9: parametrized modules cannot be pickled whole (torch's limit, documented);
+    saving the state_dict, then building, standardizing and loading gives the same model."""
+    import io
+    import pickle
+
+    torch.manual_seed(0)
+    model = apply_weight_standardization(
+        nn.Sequential(nn.Conv2d(3, 8, 3), nn.GroupNorm(2, 8), nn.ReLU(), nn.Conv2d(8, 4, 3))
+    )
+    with pytest.raises(RuntimeError, match="state_dict"):
+        pickle.dumps(model)
+    with pytest.raises(RuntimeError, match="state_dict"):
+        torch.save(model, io.BytesIO())
+    path = tmp_path / "ws.pt"
+    torch.save(model.state_dict(), path)
+
+    torch.manual_seed(1)  # a different initialisation, overwritten by the checkpoint
+    restored = apply_weight_standardization(
+        nn.Sequential(nn.Conv2d(3, 8, 3), nn.GroupNorm(2, 8), nn.ReLU(), nn.Conv2d(8, 4, 3))
+    )
+    restored.load_state_dict(torch.load(path, weights_only=True))
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(restored(x), model(x))
+    assert copy.deepcopy(model)(x).shape == (2, 4, 4, 4)
