@@ -5,10 +5,6 @@ One test per seed example and per seed parameter, called with the seed's own par
 (`../shared/API.md`) deliberately differs from a seed, the test pins the contract's behaviour and
 says so; the README's "Porting from composer.functional" table lists every difference.
 
-Tests of features that land with another branch of issue 14 are written against the names the
-issue prescribes and marked ``xfail(strict=False)`` with the branch that brings them; the
-assumed names are collected in ``LANDS_WITH`` below, in one place, so that they are easy to
-reconcile after the merge (remove the marker once the feature is there).
 """
 
 from __future__ import annotations
@@ -31,27 +27,6 @@ from torchvision.models.resnet import BasicBlock, Bottleneck
 import augment
 import functional as F
 from surgery import NoEffectWarning
-
-# Features of issue 14 built on other branches; the value is the xfail reason.
-LANDS_WITH = {
-    "drop_warmup": "lands with branch blur-sd: F.stochastic_depth_drop_rate(progress, drop_rate, "
-    "drop_warmup) and F.set_stochastic_depth_drop_rate(model, drop_rate)",
-    "blurconv_positional": "lands with branch blur-sd: BlurConv2d(in, out, k, stride, padding, "
-    "dilation, groups, bias, blur_first) positionally",
-    "blurconv_stride_none": "lands with branch blur-sd: BlurConv2d(stride=None), the seed's "
-    "default, means 1 (here it is accepted as stride=(None, None) and crashes in forward)",
-    "ema_strings": "lands with branch state: F.ema_smoothing('50ba', '1ba') time strings",
-    "ema_swap": "lands with branch state: F.swap_ema_weights(model, ema_model), the context "
-    "manager F.use_ema_weights(model, ema_model) and compute_ema(..., train_with_ema_weights=)",
-    "freeze_logger": "lands with branch state: freeze_layers(..., logger=None)",
-    "sam_rho": "lands with branch state: SAMOptimizer(rho=0) rejected",
-    "se_conv": "lands with branch transforms: SqueezeExciteConv2d(..., conv=existing_conv)",
-    "alibi_doc": "lands with branch transforms: apply_alibi's docstring maps the seed parameters",
-}
-
-
-def lands_with(key: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=False, reason=LANDS_WITH[key])
 
 
 def params(fn: object) -> dict[str, inspect.Parameter]:
@@ -174,7 +149,6 @@ def test_alibi_attention_module_attr_to_replace_alibi_attention_via_register_ali
         F.unregister_alibi(TinyAttention)
 
 
-@lands_with("alibi_doc")
 def test_alibi_docstring_maps_every_seed_parameter() -> None:
     doc = F.apply_alibi.__doc__ or ""
     for name in (
@@ -423,7 +397,6 @@ def test_apply_blurpool_min_channels_zero_replaces_every_strided_conv() -> None:
     assert isinstance(stem[0], F.BlurConv2d)
 
 
-@lands_with("blurconv_positional")
 def test_blurconv2d_seed_positional_arguments() -> None:
     conv = F.BlurConv2d(8, 16, 3, 2, 1, 1, 1, True, False)
     assert conv.stride == (2, 2) and conv.padding == (1, 1) and conv.groups == 1
@@ -431,7 +404,6 @@ def test_blurconv2d_seed_positional_arguments() -> None:
     assert conv(torch.randn(1, 8, 10, 10)).shape == (1, 16, 5, 5)
 
 
-@lands_with("blurconv_stride_none")
 def test_blurconv2d_stride_none_the_seeds_default() -> None:
     """``stride=None`` must either be refused at construction, naming ``stride``, or give a
     working layer -- never be accepted and crash in ``forward``."""
@@ -640,7 +612,6 @@ def test_freeze_fractions_outside_0_1_rejected(name) -> None:
         F.freeze_layers(model, opt, 1, 2, **{name: 1.5})
 
 
-@lands_with("freeze_logger")
 def test_freeze_layers_accepts_logger_none() -> None:
     model, opt = four_layers()
     assert F.freeze_layers(model, opt, 3, 4, 0.5, 1.0, logger=None) == (2, 0.5)
@@ -909,7 +880,6 @@ def test_sam_rho_negative_and_interval_zero_rejected() -> None:
         F.SAMOptimizer(base, interval=0)
 
 
-@lands_with("sam_rho")
 def test_sam_rho_must_be_greater_than_0() -> None:
     base = torch.optim.SGD([nn.Parameter(torch.ones(1))], lr=0.1)
     with pytest.raises(ValueError, match="rho"):
@@ -1050,7 +1020,6 @@ def test_squeeze_excite_conv2d_constructor_latent_channels() -> None:
     torch.testing.assert_close(conv(x), conv.se(plain))
 
 
-@lands_with("se_conv")
 def test_squeeze_excite_conv2d_wraps_an_existing_conv() -> None:
     conv = nn.Conv2d(4, 8, 3, padding=1)
     se_conv = F.SqueezeExciteConv2d(latent_channels=0.5, conv=conv)
@@ -1183,7 +1152,6 @@ def test_stochastic_bottleneck_layer_and_basic_block_target() -> None:
     assert isinstance(model[0], F.StochasticBasicBlock)
 
 
-@lands_with("drop_warmup")
 def test_drop_warmup_schedule() -> None:
     """Seed ``drop_warmup``: the drop rate rises linearly from 0 to ``drop_rate`` over the first
     ``drop_warmup`` of training, then stays there."""
@@ -1198,7 +1166,6 @@ def test_drop_warmup_schedule() -> None:
             rate(0.1, drop_rate=0.2, drop_warmup=bad)
 
 
-@lands_with("drop_warmup")
 @pytest.mark.parametrize(
     ("distribution", "rates"),
     [("linear", [0.025, 0.05, 0.075, 0.1]), ("uniform", [0.1, 0.1, 0.1, 0.1])],
@@ -1291,7 +1258,6 @@ def test_half_life_zero_means_no_averaging_infinite_means_no_update() -> None:
     torch.testing.assert_close(ema.weight, model.weight)
 
 
-@lands_with("ema_strings")
 def test_ema_seed_example_time_strings() -> None:
     """The seed's ``EMA(half_life='50ba', update_interval='1ba')``, in a loop."""
     torch.manual_seed(0)
@@ -1309,14 +1275,12 @@ def test_ema_seed_example_time_strings() -> None:
     assert not torch.equal(ema_model.weight, model.weight)
 
 
-@lands_with("ema_strings")
 def test_ema_time_string_units_and_default_update_interval() -> None:
     assert F.ema_smoothing("1ep") == pytest.approx(F.ema_smoothing(1))
     assert F.ema_smoothing("50ba", "10ba") == pytest.approx(F.ema_smoothing(50, 10))
     assert F.ema_smoothing("0ba") == 0.0
 
 
-@lands_with("ema_strings")
 @pytest.mark.parametrize(
     ("half_life", "update_interval"),
     [("50ba", "1ep"), ("1.5ba", "1ba"), ("50ba", "0.5ba"), ("50tok", "1tok"), ("ba", "1ba")],
@@ -1342,7 +1306,6 @@ def test_train_with_ema_weights_recipe() -> None:
         assert torch.equal(p, q)
 
 
-@lands_with("ema_swap")
 def test_train_with_ema_weights() -> None:
     """Seed ``train_with_ema_weights=True``: after the update the model holds the EMA weights."""
     torch.manual_seed(0)
@@ -1354,7 +1317,6 @@ def test_train_with_ema_weights() -> None:
     torch.testing.assert_close(model.weight.detach(), expected)
 
 
-@lands_with("ema_swap")
 def test_swap_ema_weights_in_place_and_context_manager() -> None:
     """Evaluation with the EMA weights without a third copy: swap in place, and swap back."""
     model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
@@ -1490,13 +1452,6 @@ SEED_PARAMETERS = {
     "compute_ema": ["model", "ema_model", "smoothing"],
 }
 
-# Rows whose "Here" column names a feature that lands with another branch.
-_ROW_LANDS_WITH = {
-    "freeze_layers": "freeze_logger",
-    "StochasticDepth": "drop_warmup",
-    "EMA": "ema_swap",
-}
-
 
 def porting_rows() -> list[tuple[str, str, str]]:
     """``(seed entry, seed cell, rest of the row)`` for each row of the README table."""
@@ -1592,12 +1547,7 @@ def _check_here(cell: str) -> None:
 
 @pytest.mark.parametrize(
     "row",
-    [
-        pytest.param(row, marks=lands_with(_ROW_LANDS_WITH[row[0]]))
-        if row[0] in _ROW_LANDS_WITH
-        else row
-        for row in porting_rows()
-    ],
+    porting_rows(),
     ids=lambda row: row[0],
 )
 def test_porting_table_names_and_defaults_exist_in_the_code(row) -> None:
