@@ -111,23 +111,27 @@ def module_trees(draw: st.DrawFn, max_leaves: int = 12) -> ModuleTree:
 
 @torch.no_grad()
 def calibrate_batchnorm(model: nn.Module, x: torch.Tensor) -> nn.Module:
-    """Put a random-init model in a well-defined numeric regime: set every BatchNorm's running
-    statistics to those of ``x`` (one pass, cumulative average), then switch to eval mode.
+    """Put a random-init model in a well-defined numeric regime and return it.
 
-    A random-init deep network evaluated with the default statistics (mean 0, variance 1)
-    amplifies activations layer after layer; on some CPUs and kernel libraries that overflows
-    to inf/NaN. With calibrated statistics every normalised activation has unit scale.
+    Sets every BatchNorm's running statistics to those of ``x`` (one cumulative-average pass in
+    training mode, without gradients), then restores the model's train/eval mode. A random-init
+    deep network evaluated with the default statistics (mean 0, variance 1) amplifies its
+    activations block after block, and on some CPUs and kernel libraries overflows to inf/NaN;
+    calibrated, every BatchNorm normalises in eval mode as in training, so eval outputs are of
+    unit scale on any machine. ``x`` needs several values per channel at every stage (a batch
+    of 8 for a ResNet at 32x32, whose last stage is 1x1).
     """
     norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     saved = [m.momentum for m in norms]
     for m in norms:
         m.reset_running_stats()
         m.momentum = None  # cumulative average: after one batch, exactly its statistics
-    model.train()
-    model(x)
+    was_training = model.training
+    with torch.no_grad():
+        model.train()(x)
     for m, momentum in zip(norms, saved, strict=True):
         m.momentum = momentum
-    return model.eval()
+    return model.train(was_training)
 
 
 spatial_sizes = st.integers(min_value=1, max_value=40)

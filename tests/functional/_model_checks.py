@@ -92,25 +92,3 @@ def assert_dtype(model: nn.Module, dtype: torch.dtype) -> None:
     for name, t in [*model.named_parameters(), *model.named_buffers()]:
         if t.is_floating_point():
             assert t.dtype == dtype, f"{name} is {t.dtype}, expected {dtype}"
-
-
-@torch.no_grad()
-def calibrate_batchnorm(model: nn.Module, x: torch.Tensor) -> None:
-    """Set every BatchNorm's running statistics to those of ``x`` (one cumulative-average pass
-    in training mode), so that evaluation on ``x`` is well-conditioned on any CPU.
-
-    A random-init deep network evaluated with the default running statistics (mean 0,
-    variance 1, or one momentum step away from them) can overflow to inf/NaN, differently on
-    different CPUs and kernel libraries; exact comparisons of such outputs are meaningless.
-    """
-    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    saved = [(m, m.momentum) for m in norms]
-    training = model.training
-    for m in norms:
-        m.reset_running_stats()
-        m.momentum = None
-    model.train()
-    model(x)
-    for m, momentum in saved:
-        m.momentum = momentum
-    model.train(training)

@@ -8,12 +8,15 @@ from torch import nn
 
 from functional import apply_channels_last
 from tests.functional._model_checks import assert_no_effect, assert_optimizer_matches, train_step
+from tests.strategies import calibrate_batchnorm
 
 
 def test_resnet_weights_become_channels_last_and_nothing_else_changes():
-    model = torchvision.models.resnet18()
-    x = torch.randn(2, 3, 32, 32)
-    model.eval()
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 3, 32, 32, generator=gen)
+    # Calibrated statistics keep the outputs of unit scale on any CPU, so the tolerance below
+    # bounds the difference between two convolution kernels (NCHW vs NHWC), not overflow.
+    model = calibrate_batchnorm(torchvision.models.resnet18(), x).eval()
     with torch.no_grad():
         reference = model(x)
     params = list(model.parameters())
@@ -26,7 +29,8 @@ def test_resnet_weights_become_channels_last_and_nothing_else_changes():
     assert four_d and all(p.is_contiguous(memory_format=torch.channels_last) for p in four_d)
     with torch.no_grad():
         out = model(x.to(memory_format=torch.channels_last))
-    torch.testing.assert_close(out, reference, rtol=1e-4, atol=1e-4)
+    assert torch.isfinite(reference).all()
+    torch.testing.assert_close(out, reference, rtol=1e-3, atol=1e-3 * reference.abs().max().item())
     assert_optimizer_matches(opt, model)
     train_step(model, x, opt)
     assert_no_effect(lambda: apply_channels_last(model), "outside channels-last format")

@@ -17,11 +17,11 @@ from tests.functional._model_checks import (
     assert_no_effect,
     assert_optimizer_matches,
     assert_state_survives,
-    calibrate_batchnorm,
     momentum_of,
     sgd_with_state,
     train_step,
 )
+from tests.strategies import calibrate_batchnorm
 
 CASES = [
     (nn.BatchNorm1d, GhostBatchNorm1d, (10, 6)),

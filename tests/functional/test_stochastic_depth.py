@@ -32,6 +32,7 @@ from tests.functional._model_checks import (
     sgd_with_state,
     train_step,
 )
+from tests.strategies import calibrate_batchnorm
 
 X = (2, 3, 32, 32)
 MODELS = [
@@ -44,28 +45,6 @@ def _inputs(*shape: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
 
 
-def calibrated(model: nn.Module, x: torch.Tensor) -> nn.Module:
-    """``model`` with its BatchNorm running statistics set to the statistics of ``x``.
-
-    A random-init deep ResNet evaluated with the default running statistics (mean 0, var 1)
-    does not normalise its activations: they grow block after block and overflow to inf/NaN
-    on some CPUs and kernel libraries. Calibrated, every BatchNorm normalises in eval mode as
-    in training, so eval outputs are O(1) on any machine. ``x`` needs several values per
-    channel at every stage (statistics of 2 values make near-zero variances).
-    """
-    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    saved = [m.momentum for m in norms]
-    for m in norms:
-        m.reset_running_stats()
-        m.momentum = None  # cumulative average: one pass sets the batch statistics
-    was_training = model.training
-    with torch.no_grad():
-        model.train()(x)
-    for m, momentum in zip(norms, saved, strict=True):
-        m.momentum = momentum
-    return model.train(was_training)
-
-
 @pytest.mark.parametrize(
     ("factory", "name", "plain", "stochastic", "count", "method"),
     [(*MODELS[0], "sample"), (*MODELS[1], "block")],
@@ -74,9 +53,9 @@ def test_eval_is_exactly_the_original_and_training_works(
     factory, name, plain, stochastic, count, method
 ):
     x = _inputs(8, 3, 32, 32)  # 8 samples: the 1x1 maps of the last stage give real statistics
-    model = calibrated(factory(num_classes=10), x)
+    model = calibrate_batchnorm(factory(num_classes=10), x)
     opt = sgd_with_state(model, x)  # lr 1e-3: one small step keeps the calibrated regime
-    calibrated(model, x)
+    calibrate_batchnorm(model, x)
     before = momentum_of(opt)
     model.eval()
     with torch.no_grad():

@@ -144,7 +144,10 @@ def test_transform_laws(transform: Transform, stack: ConvStack, data):
     if transform.name in ("ghost_batchnorm", "low_precision_groupnorm"):
         assert torch.equal(out, reference)  # eval / no autocast: the very same computation
     if transform.name == "channels_last":
-        torch.testing.assert_close(out, reference)
+        # NCHW and NHWC convolutions sum in different orders: equal to rounding, with a
+        # tolerance that holds for any CPU's kernels, scaled to the output's magnitude.
+        scale = max(1.0, reference.abs().max().item())
+        torch.testing.assert_close(out, reference, rtol=1e-4, atol=1e-5 * scale)
     if transform.name == "blurpool":
         expected = sum(
             1

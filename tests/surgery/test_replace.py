@@ -322,7 +322,7 @@ class TestTorchvision:
         gen = torch.Generator().manual_seed(0)
         model = torchvision.models.resnet18(num_classes=10)
         x = torch.randn(2, 3, 32, 32, generator=gen)
-        calibrate_batchnorm(model, torch.randn(8, 3, 32, 32, generator=gen))
+        calibrate_batchnorm(model, torch.randn(8, 3, 32, 32, generator=gen)).eval()
         with torch.no_grad():
             expected = model(x)
         assert torch.isfinite(expected).all()
