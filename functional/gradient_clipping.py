@@ -123,7 +123,8 @@ def _coefficients(
     gives NaN, as in torch.
     """
     max_norm = w_norm.clamp_min_(AGC_EPS).mul_(threshold)
-    return torch.where(g_norm <= max_norm, 1.0, max_norm / g_norm)
+    within = g_norm <= max_norm
+    return max_norm.div_(g_norm).masked_fill_(within, 1.0)
 
 
 def _clip_batched_(
