@@ -246,6 +246,15 @@ def apply_gradient_clipping(
             (``'adaptive'``); a finite number > 0, or a 0-d tensor (range-checked on the CPU
             eagerly, by a device-side assert on accelerators).
 
+    Edge values: the threshold is compared in the dtype the bound applies in (each gradient's
+    dtype for ``'value'``, the float32/float64 norms otherwise), so one beyond that range
+    (1e300 in float32, 1e5 in float16) clips nothing, without error, and a gradient or unit
+    whose norm is within the bound is never scaled, also when both are inf (a norm that
+    overflowed float32) or both 0 (a zero gradient and a threshold that rounds to 0): no NaN
+    from inf/inf or 0/0. Finite gradients whose float32 norm overflows, with a finite
+    threshold, are scaled by threshold/inf = 0, as in torch. With no gradient at all, every
+    mode is a no-op.
+
     Device and compile behaviour: no mode reads a tensor value on the host, and each traces
     under ``torch.compile(fullgraph=True)``; a threshold that changes between calls does not
     recompile when given as a 0-d tensor, and recompiles once (dynamo's automatic dynamic
