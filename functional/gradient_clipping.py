@@ -74,16 +74,21 @@ def _check_threshold(value: object) -> float | torch.Tensor:
 
 
 def _clip_by_value_(params: list[torch.Tensor], threshold: float | torch.Tensor) -> None:
-    """Clamp every gradient entry to [-threshold, threshold], one foreach pair per group."""
+    """Clamp every gradient entry to [-threshold, threshold], one foreach pair per group.
+
+    The bound is rounded to each gradient's dtype: one beyond its range (1e300 for float32,
+    1e5 for float16) is infinite there, and leaves that group unchanged.
+    """
     grads = [p.grad for p in params if p.grad is not None]
     for (device, dtype), (gs,) in group_by_device_and_dtype(grads).items():
         if isinstance(threshold, torch.Tensor) or torch.compiler.is_compiling():
             # A tensor bound (or a float under compile, which a Scalar argument would
-            # specialise): one 0-d bound per gradient, kept on the device.
+            # specialise): one 0-d bound per gradient, kept on the device (a bound beyond the
+            # dtype's range becomes inf here: clamping to it changes nothing).
             high = (torch.ones((), device=device, dtype=dtype) * threshold).to(dtype)
             torch._foreach_clamp_min_(gs, [-high] * len(gs))
             torch._foreach_clamp_max_(gs, [high] * len(gs))
-        else:
+        elif threshold <= torch.finfo(dtype).max:  # a Python number: no device read
             torch._foreach_clamp_min_(gs, -threshold)
             torch._foreach_clamp_max_(gs, threshold)
 
@@ -95,7 +100,13 @@ def _clip_by_norm_(params: list[torch.Tensor], threshold: float | torch.Tensor) 
     if not grads:
         return torch.zeros((), dtype=torch.float32)
     total = foreach_total_norm(grads)
-    coef = (threshold / (total + 1e-6)).clamp(max=1.0)
+    denom = total + 1e-6
+    if isinstance(threshold, torch.Tensor):
+        threshold = threshold.to(denom.dtype)  # rounded as a Python float would be
+    # min(1, threshold / denom), except that a threshold at least as large as the norm never
+    # scales, even when both are inf (a threshold beyond float32 with a norm that overflowed
+    # float32: inf/inf would be NaN). A NaN norm (NaN gradients) still gives NaN, as in torch.
+    coef = torch.where(denom <= threshold, 1.0, threshold / denom)
     for (device, _), (gs,) in group_by_device_and_dtype(grads).items():
         torch._foreach_mul_(gs, coef.to(device))
     return total
@@ -104,8 +115,16 @@ def _clip_by_norm_(params: list[torch.Tensor], threshold: float | torch.Tensor) 
 def _coefficients(
     w_norm: torch.Tensor, g_norm: torch.Tensor, threshold: float | torch.Tensor
 ) -> torch.Tensor:
-    """min(1, λ·max(‖W‖, 1e-3) / ‖G‖), in place on ``w_norm`` (‖G‖ = 0 gives inf, then 1)."""
-    return w_norm.clamp_min_(AGC_EPS).mul_(threshold).div_(g_norm).clamp_(max=1.0)
+    """min(1, λ·max(‖W‖, 1e-3) / ‖G‖), computed in ``w_norm``'s storage.
+
+    A unit whose gradient norm is within its bound is never scaled, also when both are 0 (a
+    zero gradient with a λ that rounds to 0) or both inf (a λ beyond float32 with a gradient
+    norm that overflowed float32), where the quotient would be NaN. A NaN gradient norm still
+    gives NaN, as in torch.
+    """
+    max_norm = w_norm.clamp_min_(AGC_EPS).mul_(threshold)
+    within = g_norm <= max_norm
+    return max_norm.div_(g_norm).masked_fill_(within, 1.0)
 
 
 def _clip_batched_(
@@ -226,6 +245,15 @@ def apply_gradient_clipping(
             (``'value'``) or maximum gradient-to-weight norm ratio :math:`\lambda`
             (``'adaptive'``); a finite number > 0, or a 0-d tensor (range-checked on the CPU
             eagerly, by a device-side assert on accelerators).
+
+    Edge values: the threshold is compared in the dtype the bound applies in (each gradient's
+    dtype for ``'value'``, the float32/float64 norms otherwise), so one beyond that range
+    (1e300 in float32, 1e5 in float16) clips nothing, without error, and a gradient or unit
+    whose norm is within the bound is never scaled, also when both are inf (a norm that
+    overflowed float32) or both 0 (a zero gradient and a threshold that rounds to 0): no NaN
+    from inf/inf or 0/0. Finite gradients whose float32 norm overflows, with a finite
+    threshold, are scaled by threshold/inf = 0, as in torch. With no gradient at all, every
+    mode is a no-op.
 
     Device and compile behaviour: no mode reads a tensor value on the host, and each traces
     under ``torch.compile(fullgraph=True)``; a threshold that changes between calls does not

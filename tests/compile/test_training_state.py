@@ -217,6 +217,37 @@ def test_gradient_clipping_compiles_once_and_equals_eager(clipping_type, as_tens
 
 
 @pytest.mark.parametrize("clipping_type", ["norm", "value", "adaptive"])
+def test_gradient_clipping_edge_thresholds_compile_once(clipping_type):
+    """Thresholds beyond float32 and ones that round to 0 in it (Python floats: dynamo's one
+    automatic-dynamic recompile, then none), on zero and overflowing gradients: the same
+    NaN-free result as eager."""
+    model = _model()
+    params = list(model.parameters())
+    twin = copy.deepcopy(params)
+
+    def clip(ps, threshold):
+        return F.apply_gradient_clipping(ps, clipping_type, threshold)
+
+    torch._dynamo.reset()
+    compiled, counter = compile_counter(clip)
+    for step, (value, scale) in enumerate(
+        ((1e300, 1e30), (5e-324, 0.0), (1e300, 0.0), (0.5, 1e30))
+    ):
+        threshold = value
+        for ps in (params, twin):
+            _set_gradients(ps, step)
+            for p in ps:
+                p.grad.mul_(scale)
+        got, want = compiled(params, threshold), clip(twin, threshold)
+        if want is not None:
+            torch.testing.assert_close(got, want)
+        for p, q in zip(params, twin, strict=True):
+            assert not p.grad.isnan().any()
+            torch.testing.assert_close(p.grad, q.grad)
+    assert counter.frame_count == 2
+
+
+@pytest.mark.parametrize("clipping_type", ["norm", "value", "adaptive"])
 def test_gradient_clipping_reads_nothing_on_the_host(clipping_type):
     params = list(_model().parameters())
     _set_gradients(params, 0)

@@ -39,6 +39,13 @@ def reference_agc(params: list[torch.Tensor], threshold: float) -> list[torch.Te
     return out
 
 
+def float32_norm_rtol(tensors: list[torch.Tensor]) -> float:
+    """A relative error bound of a float32 L2 norm of ``tensors``, whatever the summation order
+    (any CPU's kernels): a sum of n terms is within n·eps of the exact sum (the classical
+    bound), plus a few eps for the squares, the square roots and the casts."""
+    return (sum(t.numel() for t in tensors) + 8) * torch.finfo(torch.float32).eps
+
+
 class Zoo(nn.Module):
     """Every kind of parameter AGC meets: conv, linear, embedding, transposed conv, norms, a
     scalar, a zero-initialised layer and a parameter that gets no gradient."""
@@ -75,9 +82,10 @@ def test_adaptive_matches_per_unit_reference(threshold):
     model = zoo_with_grads()
     params = list(model.parameters())
     expected = reference_agc(params, threshold)
-    pre_norm = torch.sqrt(sum(p.grad.double().pow(2).sum() for p in params if p.grad is not None))
+    grads = [p.grad for p in params if p.grad is not None]
+    pre_norm = torch.sqrt(sum(g.double().pow(2).sum() for g in grads))
     norm = apply_gradient_clipping(model.parameters(), "adaptive", threshold)
-    torch.testing.assert_close(norm.double(), pre_norm, rtol=1e-6, atol=0)
+    torch.testing.assert_close(norm.double(), pre_norm, rtol=float32_norm_rtol(grads), atol=0)
     for p, e in zip(params, expected, strict=True):
         if e is None:
             assert p.grad is None
@@ -148,8 +156,10 @@ def test_norm_mode_is_clip_grad_norm():
     assert norm > 0.5  # the pre-clip norm
     for p, q in zip(model.parameters(), twin.parameters(), strict=True):
         assert (p.grad is None and q.grad is None) or torch.equal(p.grad, q.grad)
-    clipped = torch.sqrt(sum(p.grad.pow(2).sum() for p in model.parameters() if p.grad is not None))
-    torch.testing.assert_close(clipped, torch.tensor(0.5), rtol=1e-5, atol=0)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    clipped = torch.sqrt(sum(g.double().pow(2).sum() for g in grads))
+    rtol = float32_norm_rtol(grads)
+    torch.testing.assert_close(clipped, torch.tensor(0.5, dtype=torch.float64), rtol=rtol, atol=0)
 
 
 def test_value_mode_clamps_and_returns_none():
@@ -166,6 +176,53 @@ def test_no_gradients_at_all():
     assert apply_gradient_clipping(layer, "adaptive", 0.1).item() == 0.0
     assert apply_gradient_clipping(layer, "norm", 0.1).item() == 0.0
     assert apply_gradient_clipping([], "adaptive", 0.1).item() == 0.0
+
+
+@pytest.mark.parametrize("clipping_type", ["norm", "value", "adaptive"])
+@pytest.mark.parametrize("as_tensor", [False, True], ids=["float", "tensor"])
+def test_a_threshold_beyond_the_dtype_clips_nothing(clipping_type, as_tensor):
+    """A threshold that is inf in the dtype it is compared in (the gradients' for 'value', the
+    float32 norms' otherwise): no clipping, no overflow error, and no NaN from inf/inf when the
+    gradient norm overflowed float32 too (inf entries stay inf)."""
+    cases = [(torch.float32, 1e300), (torch.bfloat16, 1e300), (torch.float16, 1e300)]
+    if clipping_type == "value":
+        cases.append((torch.float16, 1e5))  # 1e5 is inf in float16
+    for dtype, threshold in cases:
+        layer = nn.Linear(3, 4).to(dtype)
+        layer.weight.grad = torch.full_like(layer.weight, 3e4 if dtype == torch.float16 else 1e30)
+        layer.bias.grad = torch.tensor([1.0, -2.0, float("inf"), 0.0], dtype=dtype)
+        before = [p.grad.clone() for p in layer.parameters()]
+        limit = torch.tensor(threshold, dtype=torch.float64) if as_tensor else threshold
+        apply_gradient_clipping(layer, clipping_type, limit)
+        for p, g in zip(layer.parameters(), before, strict=True):
+            assert torch.equal(p.grad, g), (dtype, p.grad)
+
+
+@pytest.mark.parametrize("clipping_type", ["norm", "value", "adaptive"])
+def test_zero_gradients_stay_zero_for_any_threshold(clipping_type):
+    """Even a threshold that rounds to 0 (5e-324 in float32): no 0/0 NaN."""
+    for threshold in (5e-324, 1e-30, 1.0, 1e300):
+        layer = nn.Linear(3, 4)
+        nn.init.zeros_(layer.weight)  # with zero weights, AGC's bound is λ·1e-3
+        for p in layer.parameters():
+            p.grad = torch.zeros_like(p)
+        apply_gradient_clipping(layer, clipping_type, threshold)
+        for p in layer.parameters():
+            assert torch.equal(p.grad, torch.zeros_like(p))
+
+
+def test_overflowing_norm_with_a_finite_threshold():
+    """Finite gradients whose float32 norm overflows: 'norm' and 'adaptive' scale by
+    threshold/inf = 0, as torch's clip_grad_norm_ does (finite, never NaN); an inf entry
+    becomes NaN (it was non-finite already), the others 0."""
+    for clipping_type in ("norm", "adaptive"):
+        layer = nn.Linear(3, 4)
+        layer.weight.grad = torch.full_like(layer.weight, 1e30)
+        layer.bias.grad = torch.tensor([1e30, 1e30, 1e30, float("inf")])
+        norm = apply_gradient_clipping(layer, clipping_type, 1.0)
+        assert norm == float("inf")
+        assert torch.equal(layer.weight.grad, torch.zeros_like(layer.weight))
+        assert torch.equal(layer.bias.grad[:3], torch.zeros(3)) and layer.bias.grad[3].isnan()
 
 
 def test_validation():
