@@ -288,7 +288,11 @@ def _use_cpu_kernel(input: torch.Tensor) -> bool:
 def _blur_given(input: torch.Tensor, filt: torch.Tensor, strides: tuple[int, int]) -> torch.Tensor:
     """Blur with a checked ``(1 or C, 1, kH, kW)`` filter: the CPU kernel where it runs and the
     filter needs no gradient, else the depthwise convolution."""
-    if _use_cpu_kernel(input) and not (filt.requires_grad and torch.is_grad_enabled()):
+    if (
+        input.numel()  # empty input (no samples or no channels): the convolution's shape rule
+        and _use_cpu_kernel(input)
+        and not (filt.requires_grad and torch.is_grad_enabled())
+    ):
         return _grid_blur(input, filt, strides)
     return _blur_conv(input, filt, strides)
 

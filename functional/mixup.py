@@ -113,17 +113,22 @@ def _mix_inputs(x: torch.Tensor, perm: torch.Tensor, lam: float | torch.Tensor) 
     """Deterministic core: ``(1 - λ)·x + λ·x[perm]`` with ``λ`` a float or a 0-d/(B,) tensor.
 
     Integer inputs are mixed in float32 (float64 for 32/64-bit integers) and rounded back,
-    clamped to the dtype's range (a convex combination never wraps round).
+    clamped to the dtype's range (a convex combination never wraps round); int64 results are
+    clamped to each pair, since float64 rounds values beyond 2**53.
     """
     dtype = compute_dtype(x.dtype)
     partner = x[perm.to(x.device, non_blocking=True)]  # advanced indexing: fast on the CPU
-    if dtype != x.dtype:
-        partner = partner.to(dtype)
-        base = x.to(dtype)
-    else:
-        base = x
-    # partner + (1 - λ)(x - partner): one fused pass, written over the gathered copy we own.
-    return cast_result(partner.lerp_(base, _weight(lam, partner)), x.dtype)
+    if dtype == x.dtype:
+        # partner + (1 - λ)(x - partner): one fused pass, written over the gathered copy we own.
+        return partner.lerp_(x, _weight(lam, partner))
+    mixed = partner.to(dtype)
+    mixed = cast_result(mixed.lerp_(x.to(dtype), _weight(lam, mixed)), x.dtype)
+    if x.dtype == torch.int64:
+        # float64 rounds int64 beyond 2**53: clamp to the pair, so the result stays between them.
+        mixed = torch.minimum(
+            torch.maximum(mixed, torch.minimum(x, partner)), torch.maximum(x, partner)
+        )
+    return mixed
 
 
 def _mix_labels(

@@ -120,6 +120,9 @@ def _resize(
     squeeze = t.ndim == 3
     data = t.unsqueeze(1) if squeeze else t
     nearest = labels and not t.is_floating_point()  # class maps: never invent in-between classes
+    if data.numel() == 0:  # F.interpolate refuses a batch with no samples and no channels
+        out = data.new_empty((*data.shape[:-2], *size))
+        return out.squeeze(1) if squeeze else out
     if torch.compiler.is_compiling():
         source = data if nearest else data.to(compute_dtype(t.dtype))
         out = _resize_by_index(source, scale, size, nearest=nearest)

@@ -160,7 +160,7 @@ def _score(
     The pass runs in the model's current mode; every buffer (BatchNorm running statistics,
     counters) is restored afterwards, so the model's state is untouched.
     """
-    if scale_factor < 1.0:
+    if scale_factor < 1.0 and X.numel():  # F.interpolate refuses empty (B, 0, ...) input
         X = F.interpolate(
             X,
             scale_factor=scale_factor,

@@ -370,3 +370,14 @@ def test_blurmax_pool2d_8bit_channels_last(dtype):
     assert out.dtype == dtype and out.shape == (2, 3, 8, 8)
     assert out.is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(out, F.blurmax_pool2d(x, 3, 2, 1))
+
+
+@pytest.mark.parametrize("filt", [None, torch.ones(3, 3) / 9, torch.ones(0, 1, 3, 3) / 9])
+@pytest.mark.parametrize("shape", [(0, 0, 16, 16), (2, 0, 16, 16), (0, 3, 16, 16)])
+def test_blur_2d_of_an_empty_batch_has_the_strided_shape(shape, filt):
+    """No samples or no channels (found by fuzzing: a given filter crashed on 0 channels)."""
+    if filt is not None and filt.shape[0] == 0 and shape[1] != 0:
+        pytest.skip("a per-channel filter must match the channels")
+    x = torch.zeros(shape)
+    out = F.blur_2d(x, 2, filt)
+    assert out.shape == (shape[0], shape[1], 8, 8) and out.dtype == x.dtype

@@ -188,3 +188,16 @@ def test_tensor_lambda_out_of_range_is_refused(lam) -> None:
     x, y = torch.rand(4, 3), torch.tensor([0, 1, 2, 3])
     with pytest.raises(ValueError, match=r"interpolation_lambda must be in \[0, 1\]"):
         F.mixup_batch(x, y, lam, 4)
+
+
+def test_int64_extremes_stay_between_each_pair():
+    """float64 rounds int64 beyond 2**53 (found by fuzzing: λ=0 turned 2**63-1 into 2**63-1024)."""
+    top = torch.iinfo(torch.int64).max
+    x = torch.tensor([[top], [top - 5], [2**53 + 1], [-top]], dtype=torch.int64)
+    perm = torch.tensor([1, 0, 3, 2])
+    for lam in (0.0, 0.3, 1.0):
+        out, _, _ = F.mixup_batch(x, torch.arange(4), lam, 4, perm)
+        low, high = torch.minimum(x, x[perm]), torch.maximum(x, x[perm])
+        assert ((out >= low) & (out <= high)).all(), (lam, out)
+    exact = torch.tensor([[2**53], [-(2**53)], [7], [0]], dtype=torch.int64)  # float64-exact
+    assert torch.equal(F.mixup_batch(exact, torch.arange(4), 0.0, 4, perm)[0], exact)

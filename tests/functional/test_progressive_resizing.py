@@ -191,3 +191,13 @@ def test_crop_equals_the_window_at_the_drawn_offsets() -> None:
     top = int(torch.randint(0, 10 - 5 + 1, (), generator=g))
     left = int(torch.randint(0, 9 - 4 + 1, (), generator=g))
     assert torch.equal(out, X[..., top : top + 5, left : left + 4])
+
+
+@pytest.mark.parametrize("mode", ["resize", "crop"])
+@pytest.mark.parametrize("shape", [(0, 0, 6, 6), (0, 3, 6, 6), (2, 0, 6, 6)])
+def test_empty_batches_resize_to_the_scaled_shape(shape, mode):
+    """No samples and/or no channels (found by fuzzing: F.interpolate refused (0, 0, H, W))."""
+    x = torch.zeros(shape)
+    y = torch.zeros(shape[0], dtype=torch.long)
+    out, y_out = F.resize_inputs(x, y, 0.5, mode)
+    assert out.shape == (*shape[:2], 3, 3) and out.dtype == x.dtype and torch.equal(y_out, y)

@@ -13,9 +13,8 @@ and integer dtype, values at the extremes of the dtype, non-contiguous and chann
 layouts, ``torch.inference_mode`` and the ``meta`` device; hyper-parameters at the edges of
 their ranges (subnormal, 0, 1, huge).
 
-Defects found here in files owned elsewhere are marked ``xfail(strict=True)`` through the
-``KNOWN`` table below, each with the exact reason; when the fix lands, the case passes, the
-strict xfail fails, and the entry must be deleted.
+Every defect this file found is fixed; each keeps a deterministic regression case (the
+"pinned cases" below) besides the property that found it.
 """
 
 from __future__ import annotations
@@ -39,44 +38,6 @@ FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INTS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 N_CLASSES = 4
 
-# --------------------------------------------------------------------------- known defects
-# case id -> reason. Strict xfails: delete the entry when the owner's fix is merged.
-_P5 = "issue 13 point 5 (integer wrap-around near the dtype's maximum, shared cast helper)"
-_P7 = "issue 13 point 7 (late raw error instead of a clear one at entry)"
-_P8 = "issue 13 point 8"
-KNOWN: dict[str, str] = {
-    "blur_2d-int32-max": f"{_P5}: blur_2d of int32 max returns negative (wrapped) values",
-    "blurmax_pool2d-int32-max": f"{_P5}: blurmax_pool2d of int32 max wraps",
-    "blurmax_pool2d-zero-channels": f"{_P7}: raw max_pool2d error on 0 channels",
-    "blurmax_pool2d-bool": f"{_P7}: bool input",
-    "blurmax_pool2d-uint8-channels_last": (
-        "functional/blurpool.py (found by this file): a uint8 (or int8) channels_last batch "
-        "of 2x3x16x16 fails inside torch's max_pool2d (torch 2.14 CPU kernel): RuntimeError "
-        "'Expected input_depth * input_height * input_width <= numeric_limits<integer_t>::max()';"
-        " 1x3x8x8 works. Work around it (pool 8-bit input in contiguous format, then restore "
-        "the format)"
-    ),
-    "apply_se-frozen": "issue 13 point 4: SE blocks on a frozen backbone get trainable "
-    "parameters no optimizer holds, silently",
-    "apply_se-partial-optimizer": "issue 13 point 4: SE blocks on layers no optimizer holds: "
-    "silent orphan parameters",
-    "apply_factorization-frozen": "issue 13 point 3: factors of a frozen Linear are trainable "
-    "and held by no optimizer, silently",
-    "apply_factorization-partial-optimizer": "issue 13 points 3/4: factors of a layer no "
-    "optimizer holds: silent orphan parameters",
-    "apply_factorization-meta": f"{_P8}: apply_factorization fails on the meta device "
-    "(.item() on a meta tensor)",
-    "apply_blurpool-inference": "issue 13 point 1: blur filter cache under inference_mode "
-    "('Inference tensors do not track version counter') on 64x64 images",
-}
-
-
-def known(case_id: str):
-    """The pytest marks of a case: a strict xfail when ``KNOWN`` lists it."""
-    reason = KNOWN.get(case_id)
-    return [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-
-
 # --------------------------------------------------------------------------- inputs
 
 
@@ -86,13 +47,13 @@ def images(
     *,
     dtypes: tuple[torch.dtype, ...] = FLOATS + INTS,
     min_batch: int = 0,
+    min_channels: int = 0,
     min_side: int = 1,
     max_side: int = 24,
 ) -> torch.Tensor:
-    """A (B, C, H, W) batch: any dtype, extreme values, any layout (C >= 1: zero channels are
-    a known defect of blurmax_pool2d, pinned in DEFECTS)."""
+    """A (B, C, H, W) batch: any dtype, extreme values, any layout, C from 0 upward."""
     b = draw(st.integers(min_batch, 5))
-    c = draw(st.integers(1, 4))
+    c = draw(st.integers(min_channels, 4))
     h = draw(st.integers(min_side, max_side))
     w = draw(st.integers(min_side, max_side))
     dtype = draw(st.sampled_from(dtypes))
@@ -216,12 +177,7 @@ class Op:
     dtypes: tuple[torch.dtype, ...] = FLOATS + INTS
     min_side: int = 1
     min_batch: int = 0
-    # Regions of a known defect (pinned by a strict xfail in DEFECTS below), left out here so
-    # that the property stays deterministic: integer values far beyond 0..255 for the blur ops
-    # (issue 13 point 5: wrap-around), zero channels (point 7), 8-bit channels_last input to
-    # blurmax_pool2d (made contiguous first).
-    wraps_extreme_ints: bool = False
-    fails_on_8bit_channels_last: bool = False  # uint8/int8 channels_last input
+    min_channels: int = 0
 
 
 def _mixup(x, draw, g):
@@ -344,21 +300,32 @@ OPS = [
     Op("cutout", _cutout),
     Op("colout_batch", _colout_batch),
     Op("colout", _colout, min_batch=1),
-    Op("blur_2d", _blur, wraps_extreme_ints=True),
-    Op("blurmax_pool2d", _blurmax, wraps_extreme_ints=True, fails_on_8bit_channels_last=True),
+    Op("blur_2d", _blur),
+    Op("blurmax_pool2d", _blurmax),
     Op("resize_inputs", _resize),
     Op("smooth_labels", _smooth, dtypes=FLOATS),
-    Op("select_using_loss", _select, dtypes=(torch.float32, torch.float64), min_side=2),
+    # min_channels=1: the scoring model's convolution needs an input channel (its error, not ours)
+    Op(
+        "select_using_loss",
+        _select,
+        dtypes=(torch.float32, torch.float64),
+        min_side=2,
+        min_channels=1,
+    ),
 ]
 
 MODES = ["eager", "inference_mode"]
 
 
 def _check_op(op: Op, data: st.DataObject, mode: str) -> None:
-    x = data.draw(images(dtypes=op.dtypes, min_side=op.min_side, min_batch=op.min_batch))
-    if op.fails_on_8bit_channels_last and x.dtype in (torch.uint8, torch.int8):
-        x = x.contiguous()  # channels_last 8-bit input: a pinned defect (DEFECTS)
-    extreme_ints = not x.is_floating_point() and bool(x.numel() and (x.min() < 0 or x.max() > 255))
+    x = data.draw(
+        images(
+            dtypes=op.dtypes,
+            min_side=op.min_side,
+            min_batch=op.min_batch,
+            min_channels=op.min_channels,
+        )
+    )
     g = torch.Generator().manual_seed(data.draw(st.integers(0, 2**31 - 1)))
     fn, names, within = op.build(x, data.draw, g)
     before = snapshot(x)
@@ -380,26 +347,22 @@ def _check_op(op: Op, data: st.DataObject, mode: str) -> None:
         assert out.dtype == x.dtype and out.device == x.device
         return
     assert_image_out(out, x)
-    if within and not (extreme_ints and op.wraps_extreme_ints):
+    if within:
         assert_within(out, x, with_zero=within == "zero-padded")
 
 
 @pytest.mark.parametrize(
     ("op", "mode"),
-    [
-        pytest.param(op, mode, id=f"{op.name}-{mode}", marks=known(f"{op.name}-{mode}"))
-        for op in OPS
-        for mode in MODES
-    ],
+    [pytest.param(op, mode, id=f"{op.name}-{mode}") for op in OPS for mode in MODES],
 )
 @given(data=st.data())
 def test_tensor_op_contract(op: Op, mode: str, data: st.DataObject) -> None:
     _check_op(op, data, mode)
 
 
-# ----------------------------------------------------------------------- pinned defects
-# Deterministic cases of what the fuzzing above found (or would find) in a known region; each
-# states the contract it checks. Listed in KNOWN while the defect is open.
+# ----------------------------------------------------------------------- pinned cases
+# Deterministic regression cases of the defects the fuzzing above found (all fixed); each states
+# the contract it checks.
 
 INT32_MAX = torch.iinfo(torch.int32).max
 
@@ -546,7 +509,7 @@ DEFECTS = {
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, id=n, marks=known(n)) for n in DEFECTS])
+@pytest.mark.parametrize("name", list(DEFECTS))
 def test_pinned_cases(name: str) -> None:
     DEFECTS[name]()
 
@@ -569,7 +532,7 @@ META_CALLS = {
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=known(f"meta-{n}")) for n in META_CALLS])
+@pytest.mark.parametrize("name", list(META_CALLS))
 def test_tensor_ops_on_the_meta_device(name: str) -> None:
     """Shape-only code (model building, FLOP counting) runs the ops on meta tensors."""
     x = torch.empty(3, 2, 8, 10, device="meta")
@@ -758,7 +721,7 @@ TRANSFORMS = {
 
 def _transform_case(name: str, situation: str, *, with_situation: bool = True):
     values = (name, situation) if with_situation else (name,)
-    return pytest.param(*values, id=f"{name}-{situation}", marks=known(f"{name}-{situation}"))
+    return pytest.param(*values, id=f"{name}-{situation}")
 
 
 @pytest.mark.parametrize(
