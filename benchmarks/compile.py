@@ -503,8 +503,9 @@ def _run(*, quick: bool, device: str, backend: str | None, only: str | None) -> 
         "interleaved)."
     )
     models.notes.append(
-        "blurpool and stochastic_depth call the public functional API; their compile fixes "
-        "land from another branch, so these rows reflect the branch this table was made on."
+        "On a CPU the default backend is aot_eager: it traces what inductor would (so the "
+        "breaks and recompiles are the real ones) but generates no code, so compiled / eager "
+        "measures tracing overhead, not the speed-up inductor gives on a GPU."
     )
     if quick:
         models.notes.append(

@@ -50,8 +50,8 @@ __all__ = [
     "round_half_up",
     "sample_beta",
     "scalar_tensor",
-    "sym_floor",
     "settle_new_parameters",
+    "sym_floor",
     "warn_no_effect",
 ]
 

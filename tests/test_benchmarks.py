@@ -23,7 +23,15 @@ def test_python_m_benchmarks_quick_writes_results(tmp_path):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     text = output.read_text()
-    for section in ("## ops", "## augment", "## surgery", "## models", "## optim", "## alibi", "## compile"):
+    for section in (
+        "## ops",
+        "## augment",
+        "## surgery",
+        "## models",
+        "## optim",
+        "## alibi",
+        "## compile",
+    ):
         assert section in text
     assert "Machine:" in text and "|---|" in text
 
