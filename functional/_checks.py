@@ -42,6 +42,7 @@ __all__ = [
     "foreach_total_norm",
     "gather_rows_cols",
     "group_by_device_and_dtype",
+    "int64_range",
     "latent_size",
     "memory_format_of",
     "random_device",
@@ -553,11 +554,19 @@ _BOUNDS = {
 }
 
 
-def cast_result(result: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def cast_result(
+    result: torch.Tensor,
+    dtype: torch.dtype,
+    *,
+    within: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """``result`` (computed in a floating dtype) back in ``dtype``; integers rounded and clamped.
 
     The clamp bounds are the integer range rounded inwards to values the floating dtype holds,
-    so a result near an integer dtype's maximum never wraps round to its minimum.
+    so a result near an integer dtype's maximum never wraps round to its minimum. ``within``
+    (from :func:`int64_range`) further clamps an int64 result to the range of the values it
+    was computed from: float64 rounds int64 values beyond 2**53, and a convex combination
+    must stay within its inputs.
     """
     if result.dtype == dtype:
         return result
@@ -569,7 +578,22 @@ def cast_result(result: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         result = result.float()
     key = (dtype, result.dtype)
     low, high = _BOUNDS[key] if key in _BOUNDS else _float_bounds(dtype, result.dtype)
-    return result.round().clamp_(low, high).to(dtype)
+    out = result.round().clamp_(low, high).to(dtype)
+    return out if within is None else torch.clamp(out, *within)
+
+
+def int64_range(
+    x: torch.Tensor, *, with_zero: bool = False
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(min, max)`` of a non-empty int64 ``x`` as 0-d tensors on its device (widened to hold 0
+    when ``with_zero``: zero padding), for :func:`cast_result`'s ``within``; ``None`` for any
+    other dtype (exact in float64 or float32) or an empty ``x``. No value is read on the host."""
+    if x.dtype != torch.int64 or x.numel() == 0:
+        return None
+    low, high = torch.aminmax(x)
+    if with_zero:
+        low, high = low.clamp(max=0), high.clamp(min=0)
+    return low, high
 
 
 def check_indices(indices: object, batch: int, name: str = "indices") -> torch.Tensor:

@@ -19,6 +19,7 @@ from functional._checks import (
     check_pair,
     check_tensor,
     clone_module_as,
+    int64_range,
     replace_chosen,
 )
 from surgery._types import OptimizerArg
@@ -190,6 +191,7 @@ def _blur_planes_cpu(
     if out.numel() == 0:
         return out
     work = _work_dtype(x.dtype)
+    within = int64_range(x, with_zero=True)  # zero padding: 0 is within the blur's range
     if x.is_contiguous() and not per_channel:  # chunks of planes
         source = x.view(batch * channels, height, width)
         target = out.view(batch * channels, out_h, out_w)
@@ -213,7 +215,7 @@ def _blur_planes_cpu(
             into = dst if final is None else final[:n].view(dst.shape)
             _correlate_2d(chunk, grid, pads, stride, into)
             if final is not None:
-                dst.copy_(cast_result(into, x.dtype))
+                dst.copy_(cast_result(into, x.dtype, within=within))
             continue
         assert col is not None and row is not None and middle is not None
         _shift_add(chunk, 1, col, pads[0], stride[0], middle[:n])
@@ -221,7 +223,7 @@ def _blur_planes_cpu(
             _shift_add(middle[:n], 2, row, pads[1], stride[1], dst)
         else:
             _shift_add(middle[:n], 2, row, pads[1], stride[1], final[:n])
-            dst.copy_(cast_result(final[:n], x.dtype).view(dst.shape))
+            dst.copy_(cast_result(final[:n], x.dtype, within=within).view(dst.shape))
     return out
 
 
@@ -272,7 +274,7 @@ def _blur_conv(input: torch.Tensor, filt: torch.Tensor, strides: tuple[int, int]
         x = F.pad(x, (pad_w, k_w - 1 - pad_w, pad_h, k_h - 1 - pad_h))
         pad_h = pad_w = 0
     out = F.conv2d(x, weight, None, strides, (pad_h, pad_w), 1, channels)
-    return cast_result(out, input.dtype)
+    return cast_result(out, input.dtype, within=int64_range(input, with_zero=True))
 
 
 def _use_cpu_kernel(input: torch.Tensor) -> bool:

@@ -20,6 +20,7 @@ from functional._checks import (
     check_same_batch,
     compute_dtype,
     gather_rows_cols,
+    int64_range,
     memory_format_of,
     random_device,
     scalar_tensor,
@@ -138,7 +139,7 @@ def _resize(
             align_corners=False,
             recompute_scale_factor=False,
         )
-    out = out.to(t.dtype) if nearest else cast_result(out, t.dtype)
+    out = out.to(t.dtype) if nearest else cast_result(out, t.dtype, within=int64_range(t))
     return out.squeeze(1) if squeeze else out
 
 

@@ -381,3 +381,13 @@ def test_blur_2d_of_an_empty_batch_has_the_strided_shape(shape, filt):
     x = torch.zeros(shape)
     out = F.blur_2d(x, 2, filt)
     assert out.shape == (shape[0], shape[1], 8, 8) and out.dtype == x.dtype
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 6, 6), (1, 2, 20, 20)])  # the conv and the CPU kernel
+@pytest.mark.parametrize("value", [torch.iinfo(torch.int64).max, 2**53 + 3, -(2**53) - 3])
+def test_int64_results_stay_within_the_zero_padded_range(shape, value):
+    """float64 rounds int64 beyond 2**53: results are clamped to [min(x, 0), max(x, 0)]."""
+    x = torch.full(shape, value, dtype=torch.int64)
+    low, high = min(value, 0), max(value, 0)
+    for out in (F.blur_2d(x), F.blur_2d(x, 2), F.blurmax_pool2d(x, 2)):
+        assert ((out >= low) & (out <= high)).all()

@@ -201,3 +201,13 @@ def test_empty_batches_resize_to_the_scaled_shape(shape, mode):
     y = torch.zeros(shape[0], dtype=torch.long)
     out, y_out = F.resize_inputs(x, y, 0.5, mode)
     assert out.shape == (*shape[:2], 3, 3) and out.dtype == x.dtype and torch.equal(y_out, y)
+
+
+@pytest.mark.parametrize("mode", ["resize", "crop"])
+def test_int64_extremes_stay_within_the_input_range(mode):
+    """float64 rounds int64 beyond 2**53 (found by fuzzing: a constant 2**63-1 image came back
+    as 2**63-1024, below every input value)."""
+    top = torch.iinfo(torch.int64).max
+    x = torch.full((2, 1, 6, 6), top, dtype=torch.int64)
+    out, _ = F.resize_inputs(x, torch.zeros(2, dtype=torch.long), 0.5, mode)
+    assert torch.equal(out, torch.full_like(out, top))
