@@ -34,6 +34,7 @@ __all__ = [
     "check_positive",
     "check_probability",
     "check_same_batch",
+    "check_step_scalar",
     "check_tensor",
     "check_values",
     "clone_module_as",
@@ -489,6 +490,34 @@ def check_values(
             raise error(rule if got is None else f"{rule}, got {got()}")
     else:
         torch._assert_async(ok, rule)
+
+
+def check_step_scalar(
+    value: object,
+    name: str,
+    rule: str,
+    tensor_ok: Callable[[torch.Tensor], torch.Tensor],
+    check_number: Callable[[object, str], float],
+) -> float | torch.Tensor:
+    """A scalar that may change every step: a Python number, or a 0-d floating tensor.
+
+    A tensor's value is checked with :func:`check_values` (``tensor_ok(value)`` must hold: on
+    the device, never read on the host); a Python number with ``check_number(value, name)``,
+    except under ``torch.compile``, where comparing it would turn a changing value into a guard
+    (a recompile per value) instead of a graph input. ``rule`` ends the messages
+    (``"{name} must be {rule}"``).
+    """
+    if isinstance(value, torch.Tensor):
+        if value.ndim != 0 or not value.is_floating_point():
+            raise ValueError(
+                f"{name} must be a number or a 0-d floating tensor, got a tensor of shape "
+                f"{tuple(value.shape)} and dtype {value.dtype}"
+            )
+        check_values(tensor_ok(value), f"{name} must be {rule}", lambda: f"{value.item()}")
+        return value
+    if torch.compiler.is_compiling():
+        return value  # type: ignore[return-value]
+    return check_number(value, name)
 
 
 def check_class_indices(y: torch.Tensor, n_classes: int, name: str = "y") -> None:

@@ -17,7 +17,12 @@ from operator import attrgetter
 import torch
 from torch import nn
 
-from functional._checks import check_bool, check_in_range, check_probability, check_values
+from functional._checks import (
+    check_bool,
+    check_in_range,
+    check_probability,
+    check_step_scalar,
+)
 
 try:  # torch.distributed may be missing from some builds
     from torch.distributed.tensor import DTensor
@@ -406,26 +411,10 @@ def _pairs(
 
 
 def _check_smoothing(smoothing: object) -> float | torch.Tensor:
-    """A Python number in [0, 1], or a 0-d floating tensor whose value is checked on the device.
-
-    Under ``torch.compile`` the value of a Python number is not compared, so that a smoothing
-    that changes every step stays a graph input instead of a guard.
-    """
-    if isinstance(smoothing, torch.Tensor):
-        if smoothing.ndim != 0 or not smoothing.is_floating_point():
-            raise ValueError(
-                "smoothing must be a number or a 0-d floating tensor, got a tensor of shape "
-                f"{tuple(smoothing.shape)} and dtype {smoothing.dtype}"
-            )
-        check_values(
-            (smoothing >= 0) & (smoothing <= 1),
-            "smoothing must be in [0, 1]",
-            lambda: f"{smoothing.item()}",
-        )
-        return smoothing
-    if torch.compiler.is_compiling():
-        return smoothing  # type: ignore[return-value]
-    return check_probability(smoothing, "smoothing")
+    """A Python number or a 0-d floating tensor in [0, 1] (see ``check_step_scalar``)."""
+    return check_step_scalar(
+        smoothing, "smoothing", "in [0, 1]", lambda t: (t >= 0) & (t <= 1), check_probability
+    )
 
 
 @torch.no_grad()

@@ -15,7 +15,7 @@ from functional._checks import (
     accumulation_dtype,
     check_one_of,
     check_positive,
-    check_values,
+    check_step_scalar,
     foreach_total_norm,
     group_by_device_and_dtype,
 )
@@ -51,26 +51,14 @@ def _row_dims(t: torch.Tensor) -> tuple[int, ...]:
 
 
 def _check_threshold(value: object) -> float | torch.Tensor:
-    """A finite number > 0, or a 0-d floating tensor whose value is checked on the device.
-
-    Under ``torch.compile`` the value of a Python number is not compared, so that a threshold
-    that changes between steps stays a graph input instead of a guard.
-    """
-    if isinstance(value, torch.Tensor):
-        if value.ndim != 0 or not value.is_floating_point():
-            raise ValueError(
-                "clipping_threshold must be a number or a 0-d floating tensor, got a tensor of "
-                f"shape {tuple(value.shape)} and dtype {value.dtype}"
-            )
-        check_values(
-            (value > 0) & value.isfinite(),
-            "clipping_threshold must be a finite number > 0",
-            lambda: f"{value.item()}",
-        )
-        return value
-    if torch.compiler.is_compiling():
-        return value  # type: ignore[return-value]
-    return check_positive(value, "clipping_threshold")
+    """A finite number > 0, or such a 0-d floating tensor (see ``check_step_scalar``)."""
+    return check_step_scalar(
+        value,
+        "clipping_threshold",
+        "a finite number > 0",
+        lambda t: (t > 0) & t.isfinite(),
+        check_positive,
+    )
 
 
 def _clip_by_value_(params: list[torch.Tensor], threshold: float | torch.Tensor) -> None:
