@@ -34,6 +34,8 @@ from PIL import Image
 from functional._checks import check_in_range, check_int, check_one_of, check_positive
 
 __all__ = [
+    "AUGMIX_MIN_SEVERITY",
+    "RANDAUGMENT_MIN_SEVERITY",
     "ImageLike",
     "RngLike",
     "RngStream",
@@ -308,8 +310,14 @@ def beta(src: random.Random, alpha: float) -> float:
 # ------------------------------------------------------------------------------ arguments
 
 
-def check_severity(severity: object) -> float:
-    return check_in_range(severity, "severity", 0.0, 10.0)
+# The lowest severity of each transform, as the seeds state: AugMix 0, RandAugment 1.
+AUGMIX_MIN_SEVERITY = 0.0
+RANDAUGMENT_MIN_SEVERITY = 1.0
+
+
+def check_severity(severity: object, *, minimum: float = AUGMIX_MIN_SEVERITY) -> float:
+    """A severity in ``[minimum, 10]`` (see the ``*_MIN_SEVERITY`` constants)."""
+    return check_in_range(severity, "severity", minimum, 10.0)
 
 
 def check_alpha(alpha: object) -> float:
@@ -374,12 +382,13 @@ class SetTransform:
         rng: RngLike,
         *,
         random_depth: bool,
+        min_severity: float = AUGMIX_MIN_SEVERITY,
     ) -> None:
         # imported here: augment.primitives itself imports this module
         from augment.primitives import augmentation_sets, kernels_of
 
         self._ops = resolve_set(augmentation_set, augmentation_sets)
-        check_severity(severity)
+        check_severity(severity, minimum=min_severity)
         self.severity = severity
         self.depth = check_depth(depth, allow_random=random_depth)
         self.augmentation_set = augmentation_set if isinstance(augmentation_set, str) else self._ops

@@ -45,7 +45,14 @@ import torch
 from torch import Tensor, nn
 
 from augment import primitives as _P
-from augment._common import check_alpha, check_depth, check_severity, resolve_set, set_repr
+from augment._common import (
+    RANDAUGMENT_MIN_SEVERITY,
+    check_alpha,
+    check_depth,
+    check_severity,
+    resolve_set,
+    set_repr,
+)
 from augment.batched_ops import KINDS, apply_plan, check_batch, from_levels, plan_ops, to_levels
 
 __all__ = ["BatchAugMix", "BatchRandAugment", "batch_augment_and_mix", "batch_randaugment"]
@@ -271,11 +278,24 @@ def batch_augment_and_mix(
     d = check_depth(depth, allow_random=True)
     wd = _check_width(width)
     a = check_alpha(alpha)
+    return _augmix(x, kinds, sev, d, wd, a, generator)
+
+
+def _augmix(
+    x: Tensor,
+    kinds: tuple[str, ...],
+    severity: float,
+    depth: int,
+    width: int,
+    alpha: float,
+    generator: object,
+) -> Tensor:
+    """:func:`batch_augment_and_mix` after its parameters are checked (the module's forward)."""
     check_batch(x)
     g = _check_generator(generator, x)
     if x.shape[0] == 0:
         return x.clone()
-    return from_levels(_augmix_levels(to_levels(x), kinds, sev, d, wd, a, g), x)
+    return from_levels(_augmix_levels(to_levels(x), kinds, severity, depth, width, alpha, g), x)
 
 
 def batch_randaugment(
@@ -323,16 +343,17 @@ def batch_randaugment(
         space", NeurIPS 2020.
     """
     kinds = _kinds(augmentation_set)
-    sev = check_severity(severity)
+    sev = check_severity(severity, minimum=RANDAUGMENT_MIN_SEVERITY)
     d = check_depth(depth, allow_random=False)
-    check_batch(x)
-    g = _check_generator(generator, x)
-    return _randaugment(x, kinds, sev, d, g)
+    return _randaugment(x, kinds, sev, d, generator)
 
 
 def _randaugment(
-    x: Tensor, kinds: tuple[str, ...], severity: float, depth: int, g: torch.Generator | None
+    x: Tensor, kinds: tuple[str, ...], severity: float, depth: int, generator: object
 ) -> Tensor:
+    """:func:`batch_randaugment` after its parameters are checked (the module's forward)."""
+    check_batch(x)
+    g = _check_generator(generator, x)
     n, dev = x.shape[0], x.device
     if n == 0 or depth == 0:
         return x.clone()
@@ -390,20 +411,15 @@ class BatchAugMix(nn.Module):
         self.generator = generator
 
     def forward(self, x: Tensor) -> Tensor:
-        check_batch(x)
-        g = _check_generator(self.generator, x)
-        if x.shape[0] == 0:
-            return x.clone()
-        v = _augmix_levels(
-            to_levels(x),
+        return _augmix(
+            x,
             self._kinds,
             float(self.severity),
             self.depth,
             self.width,
             float(self.alpha),
-            g,
+            self.generator,
         )
-        return from_levels(v, x)
 
     def extra_repr(self) -> str:
         return (
@@ -435,7 +451,7 @@ class BatchRandAugment(nn.Module):
     ) -> None:
         super().__init__()
         self._kinds = _kinds(augmentation_set)
-        check_severity(severity)
+        check_severity(severity, minimum=RANDAUGMENT_MIN_SEVERITY)
         self.severity = severity
         self.depth = check_depth(depth, allow_random=False)
         self.augmentation_set = augmentation_set
@@ -446,9 +462,7 @@ class BatchRandAugment(nn.Module):
         self.generator = generator
 
     def forward(self, x: Tensor) -> Tensor:
-        check_batch(x)
-        g = _check_generator(self.generator, x)
-        return _randaugment(x, self._kinds, float(self.severity), self.depth, g)
+        return _randaugment(x, self._kinds, float(self.severity), self.depth, self.generator)
 
     def extra_repr(self) -> str:
         return (

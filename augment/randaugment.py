@@ -18,6 +18,7 @@ from typing import Any
 from PIL import Image
 
 from augment._common import (
+    RANDAUGMENT_MIN_SEVERITY,
     ImageLike,
     RngLike,
     SetTransform,
@@ -25,19 +26,14 @@ from augment._common import (
     call_source,
     check_depth,
     check_rng,
+    check_severity,
     from_pil,
     resolve_set,
     set_repr,
 )
 from augment.primitives import Kernel, augmentation_sets, kernels_of
-from functional._checks import check_in_range
 
 __all__ = ["RandAugment", "randaugment"]
-
-
-def _check_severity(severity: object) -> float:
-    """RandAugment's magnitude M: 1 to 10, as the Composer seed states (AugMix allows 0)."""
-    return check_in_range(severity, "severity", 1.0, 10.0)
 
 
 def _randaugment_pil(
@@ -98,7 +94,7 @@ def randaugment(
         space", NeurIPS 2020.
     """
     ops = resolve_set(augmentation_set, augmentation_sets)
-    sev = _check_severity(severity)
+    sev = check_severity(severity, minimum=RANDAUGMENT_MIN_SEVERITY)
     d = check_depth(depth, allow_random=False)
     check_rng(rng)
     pil, kind = as_pil(img)
@@ -128,8 +124,14 @@ class RandAugment(SetTransform):
         augmentation_set: str | Sequence[Callable[..., Any]] = "all",
         rng: RngLike = None,
     ) -> None:
-        _check_severity(severity)
-        super().__init__(severity, depth, augmentation_set, rng, random_depth=False)
+        super().__init__(
+            severity,
+            depth,
+            augmentation_set,
+            rng,
+            random_depth=False,
+            min_severity=RANDAUGMENT_MIN_SEVERITY,
+        )
 
     def __call__(self, img: ImageLike) -> ImageLike:
         pil, kind = as_pil(img)

@@ -374,3 +374,19 @@ def test_cuda_without_synchronisation() -> None:
         assert (got.int() - want.int()).abs().max() <= 1, kind
     with pytest.raises(ValueError, match="device"):
         augment.batch_randaugment(x, generator=torch.Generator())
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x, s: augment.batch_randaugment(x, severity=s),
+        lambda x, s: augment.BatchRandAugment(severity=s)(x),
+    ],
+)
+def test_batched_randaugment_takes_randaugments_severity_range(call):
+    """Severity 1 to 10, as the PIL RandAugment and the seed (0 was accepted here)."""
+    x = torch.zeros(2, 3, 8, 8)
+    for bad in (0, 0.5, 10.5):
+        with pytest.raises(ValueError, match=r"severity must be in \[1\.0, 10\.0\]"):
+            call(x, bad)
+    assert call(x, 1).shape == x.shape
