@@ -27,6 +27,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check surgery functional augment tests benchmarks
+	$(PY) -m mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache *.egg-info

@@ -8,15 +8,19 @@ Apply surgery to the bare model, before wrapping it in ``DistributedDataParallel
 with ``fully_shard`` or compiling it with ``torch.compile``.
 """
 
-from surgery._types import NoEffectWarning, ReplacementFunction
-from surgery.checkpoint import remap_state_dict
+from surgery._types import NoEffectWarning, OptimizerArg, ReplacementFunction, as_optimizer_list
+from surgery.checkpoint import fill_missing_entries, remap_state_dict
 from surgery.optim import update_params_in_optimizer
-from surgery.replace import count_module_instances, replace_module_classes
+from surgery.replace import check_unwrapped, count_module_instances, replace_module_classes
 
 __all__ = [
     "NoEffectWarning",
+    "OptimizerArg",
     "ReplacementFunction",
+    "as_optimizer_list",
+    "check_unwrapped",
     "count_module_instances",
+    "fill_missing_entries",
     "remap_state_dict",
     "replace_module_classes",
     "update_params_in_optimizer",

@@ -90,7 +90,13 @@ CONTRACT = {
 
 # What this library offers beyond the contract.
 EXTENSIONS = {
-    "surgery": ["ReplacementFunction"],
+    "surgery": [
+        "ReplacementFunction",
+        "OptimizerArg",
+        "as_optimizer_list",
+        "check_unwrapped",
+        "fill_missing_entries",
+    ],
     "functional": [
         "SWA",
         "apply_low_precision_groupnorm",
