@@ -31,7 +31,15 @@ import numpy as np
 import torch
 from PIL import Image
 
-from functional._checks import check_in_range, check_int, check_one_of, check_positive
+from augment._args import (
+    AUGMIX_MIN_SEVERITY,
+    RANDAUGMENT_MIN_SEVERITY,
+    check_alpha,
+    check_depth,
+    check_one_of,
+    check_rng,
+    check_severity,
+)
 
 __all__ = [
     "AUGMIX_MIN_SEVERITY",
@@ -139,14 +147,6 @@ def from_pil(img: Image.Image, kind: _TensorKind | None) -> Image.Image | torch.
 
 
 # ------------------------------------------------------------------------------ randomness
-
-
-def check_rng(rng: object, name: str = "rng") -> None:
-    if rng is not None and not isinstance(rng, (random.Random, np.random.Generator)):
-        raise TypeError(
-            f"{name} must be a random.Random, a numpy.random.Generator or None, "
-            f"got {type(rng).__name__}"
-        )
 
 
 _BLOCK = 32  # floats fetched per refill: one AugMix call draws about 20-30
@@ -308,31 +308,6 @@ def beta(src: random.Random, alpha: float) -> float:
 
 
 # ------------------------------------------------------------------------------ arguments
-
-
-# The lowest severity of each transform, as the seeds state: AugMix 0, RandAugment 1.
-AUGMIX_MIN_SEVERITY = 0.0
-RANDAUGMENT_MIN_SEVERITY = 1.0
-
-
-def check_severity(severity: object, *, minimum: float = AUGMIX_MIN_SEVERITY) -> float:
-    """A severity in ``[minimum, 10]`` (see the ``*_MIN_SEVERITY`` constants)."""
-    return check_in_range(severity, "severity", minimum, 10.0)
-
-
-def check_alpha(alpha: object) -> float:
-    return check_positive(alpha, "alpha")
-
-
-def check_depth(depth: object, *, allow_random: bool) -> int:
-    if allow_random:
-        d = check_int(depth, "depth")
-        if d != -1 and d < 1:
-            raise ValueError(
-                f"depth must be -1 (a random depth in [1, 3] per chain) or an int >= 1, got {depth}"
-            )
-        return d
-    return check_int(depth, "depth", minimum=0)
 
 
 def resolve_set(

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from augment._args import check_int
 from augment._common import (
     ImageLike,
     RngLike,
@@ -43,7 +44,6 @@ from augment._common import (
     set_repr,
 )
 from augment.primitives import Kernel, augmentation_sets, kernels_of
-from functional._checks import check_int
 
 __all__ = ["AugMix", "augment_and_mix"]
 

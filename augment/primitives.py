@@ -68,6 +68,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageFilter
 
+from augment._args import check_in_range
 from augment._common import (
     ImageLike,
     RngLike,
@@ -77,7 +78,6 @@ from augment._common import (
     from_pil,
     pixels,
 )
-from functional._checks import check_in_range
 
 __all__ = [
     "augmentation_sets",

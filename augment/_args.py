@@ -1,0 +1,91 @@
+"""The argument checks of ``augment``: its own, so that ``import augment`` needs no ``functional``.
+
+Messages name the argument, the rule and the value received, in the words ``functional`` uses.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import random
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = [
+    "AUGMIX_MIN_SEVERITY",
+    "RANDAUGMENT_MIN_SEVERITY",
+    "check_alpha",
+    "check_depth",
+    "check_in_range",
+    "check_int",
+    "check_one_of",
+    "check_rng",
+    "check_severity",
+]
+
+# The lowest severity of each transform, as the seeds state: AugMix 0, RandAugment 1.
+AUGMIX_MIN_SEVERITY = 0.0
+RANDAUGMENT_MIN_SEVERITY = 1.0
+
+
+def _real(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    v = float(value)
+    if v != v:
+        raise ValueError(f"{name} must not be NaN")
+    return v
+
+
+def check_in_range(value: object, name: str, low: float, high: float) -> float:
+    """A real number in the closed interval ``[low, high]``, as a float."""
+    v = _real(value, name)
+    if not low <= v <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
+    return v
+
+
+def check_int(value: object, name: str, *, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    v = int(value)
+    if minimum is not None and v < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {v}")
+    return v
+
+
+def check_one_of(value: object, name: str, choices: Sequence[object]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+
+
+def check_rng(rng: object, name: str = "rng") -> None:
+    if rng is not None and not isinstance(rng, (random.Random, np.random.Generator)):
+        raise TypeError(
+            f"{name} must be a random.Random, a numpy.random.Generator or None, "
+            f"got {type(rng).__name__}"
+        )
+
+
+def check_severity(severity: object, *, minimum: float = AUGMIX_MIN_SEVERITY) -> float:
+    """A severity in ``[minimum, 10]`` (see the ``*_MIN_SEVERITY`` constants)."""
+    return check_in_range(severity, "severity", minimum, 10.0)
+
+
+def check_alpha(alpha: object) -> float:
+    a = _real(alpha, "alpha")
+    if not 0.0 < a < math.inf:
+        raise ValueError(f"alpha must be a finite number > 0, got {alpha}")
+    return a
+
+
+def check_depth(depth: object, *, allow_random: bool) -> int:
+    if not allow_random:
+        return check_int(depth, "depth", minimum=0)
+    d = check_int(depth, "depth")
+    if d != -1 and d < 1:
+        raise ValueError(
+            f"depth must be -1 (a random depth in [1, 3] per chain) or an int >= 1, got {depth}"
+        )
+    return d
