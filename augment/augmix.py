@@ -25,24 +25,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from augment._args import check_int
-from augment._common import (
-    ImageLike,
-    RngLike,
-    SetTransform,
-    as_pil,
-    beta,
-    call_source,
-    check_alpha,
-    check_depth,
-    check_rng,
-    check_severity,
-    dirichlet,
-    from_array,
-    pixels,
-    resolve_set,
-    set_repr,
-)
+from augment._args import check_alpha, check_depth, check_int, check_rng, check_severity
+from augment._base import SetTransform, resolve_set, set_repr
+from augment._images import ImageLike, as_pil, from_array, pixels
+from augment._random import RngLike, beta, call_source, dirichlet
 from augment.primitives import Kernel, augmentation_sets, kernels_of
 
 __all__ = ["AugMix", "augment_and_mix"]

@@ -45,14 +45,8 @@ import torch
 from torch import Tensor, nn
 
 from augment import primitives as _P
-from augment._common import (
-    RANDAUGMENT_MIN_SEVERITY,
-    check_alpha,
-    check_depth,
-    check_severity,
-    resolve_set,
-    set_repr,
-)
+from augment._args import RANDAUGMENT_MIN_SEVERITY, check_alpha, check_depth, check_severity
+from augment._base import resolve_set, set_repr
 from augment.batched_ops import KINDS, apply_plan, check_batch, from_levels, plan_ops, to_levels
 
 __all__ = ["BatchAugMix", "BatchRandAugment", "batch_augment_and_mix", "batch_randaugment"]

@@ -68,16 +68,9 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageFilter
 
-from augment._args import check_in_range
-from augment._common import (
-    ImageLike,
-    RngLike,
-    as_pil,
-    call_source,
-    check_rng,
-    from_pil,
-    pixels,
-)
+from augment._args import check_in_range, check_rng
+from augment._images import ImageLike, as_pil, from_pil, pixels
+from augment._random import RngLike, call_source
 
 __all__ = [
     "augmentation_sets",

@@ -17,20 +17,10 @@ from typing import Any
 
 from PIL import Image
 
-from augment._common import (
-    RANDAUGMENT_MIN_SEVERITY,
-    ImageLike,
-    RngLike,
-    SetTransform,
-    as_pil,
-    call_source,
-    check_depth,
-    check_rng,
-    check_severity,
-    from_pil,
-    resolve_set,
-    set_repr,
-)
+from augment._args import RANDAUGMENT_MIN_SEVERITY, check_depth, check_rng, check_severity
+from augment._base import SetTransform, resolve_set, set_repr
+from augment._images import ImageLike, as_pil, from_pil
+from augment._random import RngLike, call_source
 from augment.primitives import Kernel, augmentation_sets, kernels_of
 
 __all__ = ["RandAugment", "randaugment"]

@@ -1,4 +1,4 @@
-"""Shared plumbing of the ``augment`` package: image kinds, randomness, argument checks.
+"""Randomness of the ``augment`` package: per-call random sources, transforms' streams, draws.
 
 Randomness. Every public callable takes ``rng: random.Random | numpy.random.Generator | None``.
 Internally every draw goes through a :class:`random.Random` interface (Python's scalar draws
@@ -24,130 +24,19 @@ import math
 import os
 import random
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
 import numpy as np
 import torch
-from PIL import Image
 
-from augment._args import (
-    AUGMIX_MIN_SEVERITY,
-    RANDAUGMENT_MIN_SEVERITY,
-    check_alpha,
-    check_depth,
-    check_one_of,
-    check_rng,
-    check_severity,
-)
+from augment._args import check_rng
 
-__all__ = [
-    "AUGMIX_MIN_SEVERITY",
-    "RANDAUGMENT_MIN_SEVERITY",
-    "ImageLike",
-    "RngLike",
-    "RngStream",
-    "SetTransform",
-    "as_pil",
-    "beta",
-    "call_source",
-    "check_alpha",
-    "check_depth",
-    "check_rng",
-    "check_severity",
-    "dirichlet",
-    "from_array",
-    "from_pil",
-    "pixels",
-    "resolve_set",
-    "set_repr",
-]
+__all__ = ["RngLike", "RngStream", "beta", "call_source", "dirichlet"]
 
-ImageLike: TypeAlias = Image.Image | torch.Tensor
 RngLike: TypeAlias = random.Random | np.random.Generator | None
 
-_MODES = ("RGB", "L")
 _SEED_BOUND = 2**63
-
-
-# ----------------------------------------------------------------------------------- images
-
-
-class _TensorKind:
-    """Remembers where a (C, H, W) tensor came from, to hand back the same kind."""
-
-    __slots__ = ("device",)
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-
-
-def as_pil(img: object, name: str = "img") -> tuple[Image.Image, _TensorKind | None]:
-    """The image as a loaded 'RGB' or 'L' PIL image, and how to give the result back.
-
-    A (C, H, W) ``torch.uint8`` tensor with C = 3 becomes 'RGB', with C = 1 'L'.
-    """
-    if isinstance(img, Image.Image):
-        if img.mode not in _MODES:
-            raise ValueError(
-                f"{name} must be a PIL image of mode 'RGB' or 'L', got mode {img.mode!r}; "
-                f"convert it first, e.g. {name}.convert('RGB')"
-            )
-        if img.width == 0 or img.height == 0:
-            raise ValueError(f"{name} must not be empty, got size {img.size}")
-        img.load()
-        return img, None
-    if isinstance(img, torch.Tensor):
-        if img.dtype != torch.uint8:
-            raise TypeError(
-                f"{name} must be a torch.uint8 tensor (values 0..255), got dtype {img.dtype}; "
-                "convert with (x * 255).round().to(torch.uint8) for a float image in [0, 1]"
-            )
-        if img.ndim != 3 or img.shape[0] not in (1, 3):
-            raise ValueError(
-                f"{name} must be a (C, H, W) tensor with C = 1 or 3, got shape {tuple(img.shape)}"
-            )
-        if img.shape[1] == 0 or img.shape[2] == 0:
-            raise ValueError(f"{name} must not be empty, got shape {tuple(img.shape)}")
-        if img.is_meta:
-            raise ValueError(
-                f"{name} is on the meta device, which holds no pixel values to augment; "
-                "pass a tensor with data (CPU or accelerator)"
-            )
-        arr = img.detach().cpu().permute(1, 2, 0).numpy()
-        arr = np.ascontiguousarray(arr[:, :, 0] if img.shape[0] == 1 else arr)
-        return Image.fromarray(arr), _TensorKind(img.device)
-    raise TypeError(
-        f"{name} must be a PIL.Image.Image or a (C, H, W) torch.uint8 tensor, "
-        f"got {type(img).__name__}"
-    )
-
-
-def pixels(img: Image.Image) -> np.ndarray:
-    """A read-only (H, W) ('L') or (H, W, 3) ('RGB') uint8 view of a copy of the pixels."""
-    shape = (img.height, img.width) if img.mode == "L" else (img.height, img.width, 3)
-    return np.frombuffer(img.tobytes(), dtype=np.uint8).reshape(shape)
-
-
-def from_array(arr: np.ndarray, kind: _TensorKind | None) -> Image.Image | torch.Tensor:
-    """An (H, W) or (H, W, C) uint8 array we own, as the kind ``as_pil`` recorded."""
-    if kind is None:
-        h, w = arr.shape[:2]
-        return Image.frombytes("L" if arr.ndim == 2 else "RGB", (w, h), arr)
-    t = torch.from_numpy(arr)
-    t = t.unsqueeze(0) if t.ndim == 2 else t.permute(2, 0, 1).contiguous()
-    return t.to(kind.device)
-
-
-def from_pil(img: Image.Image, kind: _TensorKind | None) -> Image.Image | torch.Tensor:
-    """A PIL result, as the kind ``as_pil`` recorded."""
-    if kind is None:
-        return img
-    return from_array(np.array(img), kind)
-
-
-# ------------------------------------------------------------------------------ randomness
-
 
 _BLOCK = 32  # floats fetched per refill: one AugMix call draws about 20-30
 
@@ -305,71 +194,3 @@ def beta(src: random.Random, alpha: float) -> float:
     if x + y == 0.0:  # both underflowed: alpha -> 0 limit puts mass 1/2 on each end
         return float(src.random() < 0.5)
     return x / (x + y)
-
-
-# ------------------------------------------------------------------------------ arguments
-
-
-def resolve_set(
-    augmentation_set: object, sets: dict[str, list[Callable[..., Any]]]
-) -> tuple[Callable[..., Any], ...]:
-    """The operations of ``augmentation_set``: a set name, or a sequence of callables."""
-    if isinstance(augmentation_set, str):
-        check_one_of(augmentation_set, "augmentation_set", list(sets))
-        return tuple(sets[augmentation_set])
-    if isinstance(augmentation_set, Sequence):
-        ops = tuple(augmentation_set)
-        if not ops:
-            raise ValueError("augmentation_set must not be empty")
-        for op in ops:
-            if not callable(op):
-                raise TypeError(
-                    "augmentation_set must hold callables (img, level) -> img, "
-                    f"got an item of type {type(op).__name__}"
-                )
-        return ops
-    raise TypeError(
-        "augmentation_set must be a set name (one of "
-        + ", ".join(repr(k) for k in sets)
-        + f") or a sequence of callables, got {type(augmentation_set).__name__}"
-    )
-
-
-def set_repr(augmentation_set: str | Sequence[Callable[..., Any]]) -> str:
-    """A set name as its repr, a sequence of callables as ``[name, ...]``."""
-    if isinstance(augmentation_set, str):
-        return repr(augmentation_set)
-    return "[" + ", ".join(getattr(op, "__name__", repr(op)) for op in augmentation_set) + "]"
-
-
-# ------------------------------------------------------------------------------ transforms
-
-
-class SetTransform:
-    """What the ``AugMix`` and ``RandAugment`` transforms share: the checked ``severity``,
-    ``depth`` and ``augmentation_set`` (compiled to kernels once) and the ``rng`` stream."""
-
-    def __init__(
-        self,
-        severity: float,
-        depth: int,
-        augmentation_set: str | Sequence[Callable[..., Any]],
-        rng: RngLike,
-        *,
-        random_depth: bool,
-        min_severity: float = AUGMIX_MIN_SEVERITY,
-    ) -> None:
-        # imported here: augment.primitives itself imports this module
-        from augment.primitives import augmentation_sets, kernels_of
-
-        self._ops = resolve_set(augmentation_set, augmentation_sets)
-        check_severity(severity, minimum=min_severity)
-        self.severity = severity
-        self.depth = check_depth(depth, allow_random=random_depth)
-        self.augmentation_set = augmentation_set if isinstance(augmentation_set, str) else self._ops
-        self._kernels = kernels_of(self._ops)
-        self._stream = RngStream(rng)
-
-    @property
-    def rng(self) -> RngLike:
-        return self._stream.rng

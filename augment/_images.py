@@ -1,0 +1,93 @@
+"""Image kinds of the ``augment`` package: PIL images and (C, H, W) uint8 tensors, and pixels.
+
+Every operation works on a loaded 'RGB' or 'L' PIL image. :func:`as_pil` checks what the caller
+passed and converts a tensor, remembering its device; :func:`from_pil` and :func:`from_array`
+give the result back as the kind the caller passed.
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+import numpy as np
+import torch
+from PIL import Image
+
+__all__ = ["ImageLike", "as_pil", "from_array", "from_pil", "pixels"]
+
+ImageLike: TypeAlias = Image.Image | torch.Tensor
+
+_MODES = ("RGB", "L")
+
+
+class _TensorKind:
+    """Remembers where a (C, H, W) tensor came from, to hand back the same kind."""
+
+    __slots__ = ("device",)
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+
+def as_pil(img: object, name: str = "img") -> tuple[Image.Image, _TensorKind | None]:
+    """The image as a loaded 'RGB' or 'L' PIL image, and how to give the result back.
+
+    A (C, H, W) ``torch.uint8`` tensor with C = 3 becomes 'RGB', with C = 1 'L'.
+    """
+    if isinstance(img, Image.Image):
+        if img.mode not in _MODES:
+            raise ValueError(
+                f"{name} must be a PIL image of mode 'RGB' or 'L', got mode {img.mode!r}; "
+                f"convert it first, e.g. {name}.convert('RGB')"
+            )
+        if img.width == 0 or img.height == 0:
+            raise ValueError(f"{name} must not be empty, got size {img.size}")
+        img.load()
+        return img, None
+    if isinstance(img, torch.Tensor):
+        if img.dtype != torch.uint8:
+            raise TypeError(
+                f"{name} must be a torch.uint8 tensor (values 0..255), got dtype {img.dtype}; "
+                "convert with (x * 255).round().to(torch.uint8) for a float image in [0, 1]"
+            )
+        if img.ndim != 3 or img.shape[0] not in (1, 3):
+            raise ValueError(
+                f"{name} must be a (C, H, W) tensor with C = 1 or 3, got shape {tuple(img.shape)}"
+            )
+        if img.shape[1] == 0 or img.shape[2] == 0:
+            raise ValueError(f"{name} must not be empty, got shape {tuple(img.shape)}")
+        if img.is_meta:
+            raise ValueError(
+                f"{name} is on the meta device, which holds no pixel values to augment; "
+                "pass a tensor with data (CPU or accelerator)"
+            )
+        arr = img.detach().cpu().permute(1, 2, 0).numpy()
+        arr = np.ascontiguousarray(arr[:, :, 0] if img.shape[0] == 1 else arr)
+        return Image.fromarray(arr), _TensorKind(img.device)
+    raise TypeError(
+        f"{name} must be a PIL.Image.Image or a (C, H, W) torch.uint8 tensor, "
+        f"got {type(img).__name__}"
+    )
+
+
+def pixels(img: Image.Image) -> np.ndarray:
+    """A read-only (H, W) ('L') or (H, W, 3) ('RGB') uint8 view of a copy of the pixels."""
+    shape = (img.height, img.width) if img.mode == "L" else (img.height, img.width, 3)
+    return np.frombuffer(img.tobytes(), dtype=np.uint8).reshape(shape)
+
+
+def from_array(arr: np.ndarray, kind: _TensorKind | None) -> Image.Image | torch.Tensor:
+    """An (H, W) or (H, W, C) uint8 array we own, as the kind ``as_pil`` recorded."""
+    if kind is None:
+        h, w = arr.shape[:2]
+        return Image.frombytes("L" if arr.ndim == 2 else "RGB", (w, h), arr)
+    t = torch.from_numpy(arr)
+    t = t.unsqueeze(0) if t.ndim == 2 else t.permute(2, 0, 1).contiguous()
+    return t.to(kind.device)
+
+
+def from_pil(img: Image.Image, kind: _TensorKind | None) -> Image.Image | torch.Tensor:
+    """A PIL result, as the kind ``as_pil`` recorded."""
+    if kind is None:
+        return img
+    return from_array(np.array(img), kind)
