@@ -32,27 +32,25 @@ RANDAUGMENT_MIN_SEVERITY = 1.0
 def _real(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    v = float(value)
-    if v != v:
+    if value != value:
         raise ValueError(f"{name} must not be NaN")
-    return v
+    return float(value)
 
 
 def check_in_range(value: object, name: str, low: float, high: float) -> float:
     """A real number in the closed interval ``[low, high]``, as a float."""
     v = _real(value, name)
-    if not low <= v <= high:
-        raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
-    return v
+    if low <= v <= high:
+        return v
+    raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
 
 
 def check_int(value: object, name: str, *, minimum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    v = int(value)
-    if minimum is not None and v < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {v}")
-    return v
+    if minimum is None or int(value) >= minimum:
+        return int(value)
+    raise ValueError(f"{name} must be >= {minimum}, got {int(value)}")
 
 
 def check_one_of(value: object, name: str, choices: Sequence[object]) -> None:

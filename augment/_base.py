@@ -6,8 +6,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from augment._args import AUGMIX_MIN_SEVERITY, check_depth, check_one_of, check_severity
+from augment._ops import kernels_of
 from augment._random import RngLike, RngStream
-from augment.primitives import augmentation_sets, kernels_of
+from augment.primitives import augmentation_sets
 
 __all__ = ["SetTransform", "resolve_set", "set_repr"]
 
@@ -69,3 +70,12 @@ class SetTransform:
     @property
     def rng(self) -> RngLike:
         return self._stream.rng
+
+    # The kernels are found again from the operations after unpickling: a kernel is not
+    # reachable by its name (that name is its public function's), so it does not pickle itself.
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_kernels"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._kernels = kernels_of(self._ops)

@@ -1,8 +1,9 @@
-"""Image kinds of the ``augment`` package: PIL images and (C, H, W) uint8 tensors, and pixels.
+"""Image kinds of ``augment`` (PIL images, (C, H, W) uint8 tensors) and access to their pixels.
 
 Every operation works on a loaded 'RGB' or 'L' PIL image. :func:`as_pil` checks what the caller
 passed and converts a tensor, remembering its device; :func:`from_pil` and :func:`from_array`
-give the result back as the kind the caller passed.
+give the result back as the kind the caller passed; :func:`pixels` and :func:`point` read and
+map the pixels of a PIL image.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-__all__ = ["ImageLike", "as_pil", "from_array", "from_pil", "pixels"]
+__all__ = ["ImageLike", "as_pil", "from_array", "from_pil", "per_band", "pixels", "point"]
 
 ImageLike: TypeAlias = Image.Image | torch.Tensor
 
@@ -91,3 +92,18 @@ def from_pil(img: Image.Image, kind: _TensorKind | None) -> Image.Image | torch.
     if kind is None:
         return img
     return from_array(np.array(img), kind)
+
+
+def point(img: Image.Image, lut: bytes) -> Image.Image:
+    """Map every pixel through ``lut`` (256 bytes per band)."""
+    # ``Image.point`` re-rounds the table in a Python loop on every call; the core method takes
+    # the bytes as they are. Fall back to the public method if the core API ever moves.
+    try:
+        return img._new(img.im.point(lut, None))
+    except AttributeError:  # pragma: no cover - depends on the Pillow version
+        return img.point(list(lut))
+
+
+def per_band(lut: bytes, img: Image.Image) -> bytes:
+    """One band's table repeated for every band of ``img``."""
+    return lut * len(img.getbands())

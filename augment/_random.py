@@ -32,7 +32,7 @@ import torch
 
 from augment._args import check_rng
 
-__all__ = ["RngLike", "RngStream", "beta", "call_source", "dirichlet"]
+__all__ = ["NO_DRAWS", "RngLike", "RngStream", "beta", "call_source", "dirichlet", "sign"]
 
 RngLike: TypeAlias = random.Random | np.random.Generator | None
 
@@ -77,6 +77,21 @@ def call_source(rng: RngLike) -> random.Random:
     if rng is None:
         return _BlockDraws(_torch_block)
     return _BlockDraws(lambda: rng.random(_BLOCK).tolist())
+
+
+def sign(src: random.Random) -> float:
+    """A fair random sign, -1.0 or 1.0 (one draw)."""
+    return -1.0 if src.random() < 0.5 else 1.0
+
+
+class _NoDraws(random.Random):
+    """The source handed to kernels that draw nothing: using it is a bug, and says so."""
+
+    def random(self) -> float:
+        raise RuntimeError("this augment kernel is deterministic and must not draw")
+
+
+NO_DRAWS = _NoDraws(0)
 
 
 def _draw_seed(rng: random.Random | np.random.Generator) -> int:

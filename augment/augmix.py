@@ -28,8 +28,9 @@ from PIL import Image
 from augment._args import check_alpha, check_depth, check_int, check_rng, check_severity
 from augment._base import SetTransform, resolve_set, set_repr
 from augment._images import ImageLike, as_pil, from_array, pixels
+from augment._ops import Kernel, kernels_of
 from augment._random import RngLike, beta, call_source, dirichlet
-from augment.primitives import Kernel, augmentation_sets, kernels_of
+from augment.primitives import augmentation_sets
 
 __all__ = ["AugMix", "augment_and_mix"]
 

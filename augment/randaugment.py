@@ -20,8 +20,9 @@ from PIL import Image
 from augment._args import RANDAUGMENT_MIN_SEVERITY, check_depth, check_rng, check_severity
 from augment._base import SetTransform, resolve_set, set_repr
 from augment._images import ImageLike, as_pil, from_pil
+from augment._ops import Kernel, kernels_of
 from augment._random import RngLike, call_source
-from augment.primitives import Kernel, augmentation_sets, kernels_of
+from augment.primitives import augmentation_sets
 
 __all__ = ["RandAugment", "randaugment"]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import pickle
 import random
 
 import numpy as np
@@ -11,6 +13,7 @@ from PIL import Image, ImageEnhance, ImageOps
 
 import augment
 from augment import primitives as P
+from augment._ops import kernels_of
 from tests.augment import _refs as R
 
 MODES = ["RGB", "L"]
@@ -280,6 +283,27 @@ def test_bad_arguments(op) -> None:
         TypeError, match=r"rng must be a random\.Random, a numpy\.random\.Generator"
     ):
         op(img, 3, rng=torch.Generator())
+
+
+@pytest.mark.parametrize("op", ALL_OPS, ids=lambda f: f.__name__)
+def test_each_operation_is_one_declared_kernel(op) -> None:
+    """A public operation is a plain function of augment.primitives (help, pickling by name,
+    doctests) made from its kernel, which the transforms call directly."""
+    assert inspect.isfunction(op) and op.__module__ == "augment.primitives"
+    assert getattr(P, op.__name__) is op and pickle.loads(pickle.dumps(op)) is op
+    level_free = op in (augment.autocontrast, augment.equalize)
+    assert str(inspect.signature(op)) == (
+        f"(img: 'ImageLike', level: 'float'{' = 0.0' if level_free else ''}, *, "
+        "rng: 'RngLike' = None) -> 'ImageLike'"
+    )
+    (kernel,) = kernels_of([op])
+    assert inspect.isfunction(kernel) and kernel is not op  # ours: not wrapped as a caller's op
+    img = Image.new("L", (3, 2), 9)
+    if level_free:  # the runtime defaults are the signature's
+        assert op(img).size == (3, 2)
+    else:
+        with pytest.raises(TypeError, match="missing 1 required positional argument: 'level'"):
+            op(img)
 
 
 def test_sets() -> None:
