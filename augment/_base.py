@@ -1,4 +1,4 @@
-"""What the ``AugMix`` and ``RandAugment`` transforms share: the augmentation set and the checks."""
+"""What the ``AugMix`` and ``RandAugment`` transforms share: the set resolved, its repr, a base class."""
 
 from __future__ import annotations
 

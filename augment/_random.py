@@ -1,6 +1,6 @@
 """Randomness of the ``augment`` package: per-call random sources, transforms' streams, draws.
 
-Randomness. Every public callable takes ``rng: random.Random | numpy.random.Generator | None``.
+Every public callable takes ``rng: random.Random | numpy.random.Generator | None``.
 Internally every draw goes through a :class:`random.Random` interface (Python's scalar draws
 are ~10x cheaper than NumPy's), obtained per call by :func:`call_source`:
 
