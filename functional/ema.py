@@ -17,12 +17,8 @@ from operator import attrgetter
 import torch
 from torch import nn
 
-from functional._checks import (
-    check_bool,
-    check_in_range,
-    check_probability,
-    check_step_scalar,
-)
+from functional._args import check_bool, check_in_range, check_probability
+from functional._values import check_step_scalar
 
 try:  # torch.distributed may be missing from some builds
     from torch.distributed.tensor import DTensor

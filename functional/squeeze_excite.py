@@ -10,9 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from functional._checks import (
-    check_int,
-    check_module,
+from functional._args import check_int, check_module
+from functional._policies import (
     clone_module_as,
     latent_size,
     settle_new_parameters,
