@@ -20,7 +20,7 @@ from functional._args import (
 )
 from functional._numeric import cast_result, int64_range
 from functional._policies import clone_module_as, replace_chosen
-from surgery._types import OptimizerArg
+from surgery import OptimizerArg
 
 __all__ = [
     "BlurConv2d",

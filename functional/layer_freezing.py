@@ -7,8 +7,7 @@ from torch.nn.modules.batchnorm import _NormBase
 
 from functional._args import check_in_range, check_int, check_module
 from functional._policies import warn_no_effect
-from surgery import update_params_in_optimizer
-from surgery._types import OptimizerArg, as_optimizer_list
+from surgery import OptimizerArg, as_optimizer_list, update_params_in_optimizer
 
 __all__ = ["freeze_layers"]
 

@@ -15,8 +15,7 @@ from torch import nn
 
 from functional._args import check_module
 from functional._policies import clone_module_as, warn_no_effect
-from surgery import replace_module_classes
-from surgery._types import OptimizerArg
+from surgery import OptimizerArg, replace_module_classes
 
 __all__ = [
     "LowPrecisionGroupNorm",

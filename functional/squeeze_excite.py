@@ -17,9 +17,7 @@ from functional._policies import (
     settle_new_parameters,
     warn_no_effect,
 )
-from surgery import replace_module_classes
-from surgery._types import OptimizerArg, as_optimizer_list
-from surgery.checkpoint import fill_missing_entries
+from surgery import OptimizerArg, as_optimizer_list, fill_missing_entries, replace_module_classes
 
 __all__ = ["SqueezeExcite2d", "SqueezeExciteConv2d", "apply_se", "apply_squeeze_excite"]
 

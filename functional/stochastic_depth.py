@@ -33,8 +33,7 @@ from torchvision.models.resnet import BasicBlock, Bottleneck
 
 from functional._args import check_bool, check_int, check_module, check_one_of, check_probability
 from functional._policies import clone_module_as, warn_no_effect
-from surgery import replace_module_classes
-from surgery._types import OptimizerArg
+from surgery import OptimizerArg, replace_module_classes
 
 __all__ = [
     "STOCHASTIC_BLOCKS",
