@@ -117,7 +117,7 @@ def dense_labels(
             )
         check_class_indices(y, n_classes, name)
         out_dtype = dtype or torch.get_default_dtype()
-        # A comparison with arange, not F.one_hot: one_hot reads the labels' range on the host.
+        # A comparison with arange, not torch's one_hot: that reads the labels' range on the host.
         classes = torch.arange(n_classes, device=y.device)
         return (y.unsqueeze(-1) == classes).to(out_dtype)
     if y.ndim == 2:
