@@ -7,22 +7,20 @@ The ops section (``blur_2d``, ``blurmax_pool2d``) holds the stateless kernels; t
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.nn import functional as nnf
 
-from functional._checks import (
-    cast_result,
+from functional._args import (
     check_bool,
     check_int,
     check_module,
     check_ndim,
     check_pair,
     check_tensor,
-    clone_module_as,
-    int64_range,
-    replace_chosen,
 )
-from surgery._types import OptimizerArg
+from functional._numeric import cast_result, int64_range
+from functional._policies import clone_module_as, replace_chosen
+from surgery import OptimizerArg
 
 __all__ = [
     "BlurConv2d",
@@ -271,9 +269,9 @@ def _blur_conv(input: torch.Tensor, filt: torch.Tensor, strides: tuple[int, int]
     x = input.to(dtype)
     pad_h, pad_w = (k_h - 1) // 2, (k_w - 1) // 2
     if k_h % 2 == 0 or k_w % 2 == 0:  # even sizes: the extra row/column of padding goes last
-        x = F.pad(x, (pad_w, k_w - 1 - pad_w, pad_h, k_h - 1 - pad_h))
+        x = nnf.pad(x, (pad_w, k_w - 1 - pad_w, pad_h, k_h - 1 - pad_h))
         pad_h = pad_w = 0
-    out = F.conv2d(x, weight, None, strides, (pad_h, pad_w), 1, channels)
+    out = nnf.conv2d(x, weight, None, strides, (pad_h, pad_w), 1, channels)
     return cast_result(out, input.dtype, within=int64_range(input, with_zero=True))
 
 
@@ -526,7 +524,7 @@ def _blurmax(
     x = input
     if extra[0] > 0 or extra[1] > 0:
         low = float("-inf") if x.is_floating_point() else torch.iinfo(x.dtype).min
-        x = F.pad(x, (0, max(extra[1], 0), 0, max(extra[0], 0)), value=low)
+        x = nnf.pad(x, (0, max(extra[1], 0), 0, max(extra[0], 0)), value=low)
     # torch's CPU max_pool2d fails on 8-bit channels_last batches (an int32 size check of
     # its integer kernel): pool those in contiguous format and restore the format after.
     restore = None
@@ -534,7 +532,7 @@ def _blurmax(
         if x.is_contiguous(memory_format=torch.channels_last):
             restore = torch.channels_last
         x = x.contiguous()
-    dense_max = F.max_pool2d(x, kernel, stride=1, padding=pads, dilation=dilations)
+    dense_max = nnf.max_pool2d(x, kernel, stride=1, padding=pads, dilation=dilations)
     if filt is not None:
         out = _blur_given(dense_max, filt, strides)
     else:
@@ -684,11 +682,11 @@ class BlurConv2d(_BlurTaps, nn.Conv2d):
             check_ndim(input, "input", 4, "(B, C, H, W)")
             return super().forward(_separable_blur(input, taps, taps, (1, 1)))
         if self.padding_mode != "zeros":
-            input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            input = nnf.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
             padding = 0
         else:
             padding = self.padding
-        full = F.conv2d(input, self.weight, self.bias, 1, padding, self.dilation, self.groups)
+        full = nnf.conv2d(input, self.weight, self.bias, 1, padding, self.dilation, self.groups)
         return _separable_blur(full, taps, taps, self.stride)
 
     def extra_repr(self) -> str:

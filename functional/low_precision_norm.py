@@ -10,12 +10,12 @@ ops it runs in low precision, and hand back the input's dtype. Outside autocast 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.nn import functional as nnf
 
-from functional._checks import check_module, clone_module_as, warn_no_effect
-from surgery import replace_module_classes
-from surgery._types import OptimizerArg
+from functional._args import check_module
+from functional._policies import clone_module_as, warn_no_effect
+from surgery import OptimizerArg, replace_module_classes
 
 __all__ = [
     "LowPrecisionGroupNorm",
@@ -128,7 +128,7 @@ class LowPrecisionLayerNorm(_LowPrecisionNorm, nn.LayerNorm):
     def _normalize(
         self, input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None
     ) -> torch.Tensor:
-        return F.layer_norm(input, self.normalized_shape, weight, bias, self.eps)
+        return nnf.layer_norm(input, self.normalized_shape, weight, bias, self.eps)
 
 
 class LowPrecisionGroupNorm(_LowPrecisionNorm, nn.GroupNorm):
@@ -158,7 +158,7 @@ class LowPrecisionGroupNorm(_LowPrecisionNorm, nn.GroupNorm):
     def _normalize(
         self, input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None
     ) -> torch.Tensor:
-        return F.group_norm(input, self.num_groups, weight, bias, self.eps)
+        return nnf.group_norm(input, self.num_groups, weight, bias, self.eps)
 
 
 def _apply(

@@ -7,10 +7,9 @@ Popularised by fast.ai's DAWNBench ImageNet entries (Howard 2018); see also Touv
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+from torch.nn import functional as nnf
 
-from functional._checks import (
-    cast_result,
+from functional._args import (
     check_bool,
     check_generator,
     check_in_range,
@@ -18,14 +17,9 @@ from functional._checks import (
     check_one_of,
     check_positive,
     check_same_batch,
-    compute_dtype,
-    gather_rows_cols,
-    int64_range,
-    memory_format_of,
-    random_device,
-    scalar_tensor,
-    sym_floor,
 )
+from functional._batch import gather_rows_cols, memory_format_of, random_device
+from functional._numeric import cast_result, compute_dtype, int64_range, scalar_tensor, sym_floor
 
 __all__ = ["progressive_resizing_scale", "resize_inputs"]
 
@@ -74,9 +68,9 @@ def _source_index(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Source rows (``i0``, ``i1``) and the weight of ``i1`` for each of ``n_out`` outputs.
 
-    The sampling of ``F.interpolate(..., scale_factor=s, recompute_scale_factor=False)``:
-    bilinear ``src = (i + 1/2)/s - 1/2`` clamped at 0 (align_corners=False), nearest
-    ``floor(i/s)``; both clipped to the input.
+    The sampling of ``torch.nn.functional.interpolate(..., scale_factor=s,
+    recompute_scale_factor=False)``: bilinear ``src = (i + 1/2)/s - 1/2`` clamped at 0
+    (align_corners=False), nearest ``floor(i/s)``; both clipped to the input.
     """
     i = torch.arange(n_out, device=scale.device, dtype=scale.dtype)
     if nearest:
@@ -93,8 +87,9 @@ def _resize_by_index(
 ) -> torch.Tensor:
     """Bilinear (or nearest) resize as gathers and lerps with ``scale`` a tensor.
 
-    The compiled path of :func:`_resize`: ``F.interpolate`` specialises the graph on the value
-    of the scale (a recompile per value), this does not. ``data`` is floating ``(B, C, H, W)``.
+    The compiled path of :func:`_resize`: ``torch.nn.functional.interpolate`` specialises the
+    graph on the value of the scale (a recompile per value), this does not. ``data`` is floating
+    ``(B, C, H, W)``.
     """
     compute = torch.float64 if data.dtype == torch.float64 else torch.float32
     scale_t = scalar_tensor(scale, dtype=compute, device=data.device)
@@ -114,25 +109,25 @@ def _resize(
     """Bilinear resize (integer images in float32/float64, rounded back); nearest for integer
     labels.
 
-    Eagerly ``F.interpolate`` (the fastest kernel); under ``torch.compile`` the same sampling
-    written as gathers (see :func:`_resize_by_index`), so a new scale with the same output size
-    does not recompile.
+    Eagerly ``torch.nn.functional.interpolate`` (the fastest kernel); under ``torch.compile`` the
+    same sampling written as gathers (see :func:`_resize_by_index`), so a new scale with the same
+    output size does not recompile.
     """
     squeeze = t.ndim == 3
     data = t.unsqueeze(1) if squeeze else t
     nearest = labels and not t.is_floating_point()  # class maps: never invent in-between classes
-    if data.numel() == 0:  # F.interpolate refuses a batch with no samples and no channels
+    if data.numel() == 0:  # nnf.interpolate refuses a batch with no samples and no channels
         out = data.new_empty((*data.shape[:-2], *size))
         return out.squeeze(1) if squeeze else out
     if torch.compiler.is_compiling():
         source = data if nearest else data.to(compute_dtype(t.dtype))
         out = _resize_by_index(source, scale, size, nearest=nearest)
     elif nearest:
-        out = F.interpolate(
+        out = nnf.interpolate(
             data.float(), scale_factor=(scale, scale), mode="nearest", recompute_scale_factor=False
         )
     else:
-        out = F.interpolate(
+        out = nnf.interpolate(
             data.to(compute_dtype(t.dtype)),
             scale_factor=(scale, scale),
             mode="bilinear",
@@ -187,8 +182,8 @@ def resize_inputs(
     graph, so under ``torch.compile`` a scale that changes :math:`\lfloor Hs \rfloor` or
     :math:`\lfloor Ws \rfloor` recompiles (by design); a new scale with the same output size
     and new crop offsets do not (the compiled 'resize' samples with gathers, equal to the eager
-    ``F.interpolate`` within rounding). ``generator`` cannot be traced by dynamo: inside a
-    compiled step pass ``generator=None``.
+    ``torch.nn.functional.interpolate`` within rounding). ``generator`` cannot be traced by
+    dynamo: inside a compiled step pass ``generator=None``.
 
     Args:
         X: images ``(B, C, H, W)``.

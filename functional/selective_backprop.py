@@ -11,10 +11,10 @@ import inspect
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
+from torch.nn import functional as nnf
 from torch.nn.modules.loss import _Loss
 
-from functional._checks import (
+from functional._args import (
     check_generator,
     check_in_range,
     check_int,
@@ -22,9 +22,9 @@ from functional._checks import (
     check_probability,
     check_same_batch,
     check_tensor,
-    random_device,
-    sym_floor,
 )
+from functional._batch import random_device
+from functional._numeric import sym_floor
 
 __all__ = ["select_using_loss", "should_selective_backprop"]
 
@@ -160,8 +160,8 @@ def _score(
     The pass runs in the model's current mode; every buffer (BatchNorm running statistics,
     counters) is restored afterwards, so the model's state is untouched.
     """
-    if scale_factor < 1.0 and X.numel():  # F.interpolate refuses empty (B, 0, ...) input
-        X = F.interpolate(
+    if scale_factor < 1.0 and X.numel():  # nnf.interpolate refuses empty (B, 0, ...) input
+        X = nnf.interpolate(
             X,
             scale_factor=scale_factor,
             mode=_INTERPOLATION[X.ndim],
@@ -208,8 +208,9 @@ def select_using_loss(
     Per-step friendly: ranking and drawing run on the data's device (no value is read on the
     host). Under ``torch.compile`` the output size ``int(B·keep)`` is part of the graph: a
     ``keep`` that changes it recompiles (by design), a new ``keep`` with the same count does
-    not. ``scale_factor`` is a constant of the graph (``F.interpolate`` specialises on it).
-    ``generator`` cannot be traced by dynamo: inside a compiled step pass ``generator=None``.
+    not. ``scale_factor`` is a constant of the graph (``torch.nn.functional.interpolate``
+    specialises on it). ``generator`` cannot be traced by dynamo: inside a compiled step pass
+    ``generator=None``.
 
     Args:
         X: inputs ``(B, ...)``; ``(B, C, *spatial)`` with 1 to 3 spatial dims if

@@ -11,7 +11,8 @@ with ``fully_shard`` or compiling it with ``torch.compile``.
 from surgery._types import NoEffectWarning, OptimizerArg, ReplacementFunction, as_optimizer_list
 from surgery.checkpoint import fill_missing_entries, remap_state_dict
 from surgery.optim import update_params_in_optimizer
-from surgery.replace import check_unwrapped, count_module_instances, replace_module_classes
+from surgery.replace import count_module_instances, replace_module_classes
+from surgery.wrappers import check_unwrapped, unwrap_model
 
 __all__ = [
     "NoEffectWarning",
@@ -23,5 +24,6 @@ __all__ = [
     "fill_missing_entries",
     "remap_state_dict",
     "replace_module_classes",
+    "unwrap_model",
     "update_params_in_optimizer",
 ]
