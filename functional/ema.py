@@ -297,30 +297,55 @@ def _pair_same_tree(model: nn.Module, ema: nn.Module, pairs: _Pairs) -> bool:
     stack = [("", model, ema)]
     while stack:
         prefix, mine, theirs = stack.pop()
-        for own, other in (
-            (mine._parameters, theirs._parameters),
-            (mine._buffers, theirs._buffers),
+        if not (
+            _pair_slots(prefix, mine._parameters, theirs._parameters, pairs)
+            and _pair_slots(prefix, mine._buffers, theirs._buffers, pairs)
         ):
-            if own.keys() != other.keys():
-                return False
-            for name, value in own.items():
-                ema_value = other[name]
-                if value is None or ema_value is None:
-                    if value is not ema_value:
-                        return False
-                    continue
-                pairs.add(prefix, name, ema_value, value)
-        children, ema_children = mine._modules, theirs._modules
-        if children.keys() != ema_children.keys():
             return False
-        for name, child in children.items():
-            ema_child = ema_children[name]
-            if child is None or ema_child is None:
-                if child is not ema_child:
-                    return False
-                continue
-            stack.append((f"{prefix}{name}.", child, ema_child))
+        children = _paired_children(prefix, mine._modules, theirs._modules)
+        if children is None:
+            return False
+        stack += children
     return True
+
+
+def _pair_slots(
+    prefix: str,
+    own: Mapping[str, torch.Tensor | None],
+    other: Mapping[str, torch.Tensor | None],
+    pairs: _Pairs,
+) -> bool:
+    """Add one module's parameters (or buffers) to ``pairs``; False if the two differ in names
+    or in which of them are None."""
+    if own.keys() != other.keys():
+        return False
+    for name, value in own.items():
+        ema_value = other[name]
+        if value is None or ema_value is None:
+            if value is not ema_value:
+                return False
+            continue
+        pairs.add(prefix, name, ema_value, value)
+    return True
+
+
+def _paired_children(
+    prefix: str,
+    children: Mapping[str, nn.Module | None],
+    ema_children: Mapping[str, nn.Module | None],
+) -> list[tuple[str, nn.Module, nn.Module]] | None:
+    """The (prefix, model child, ema child) triples to walk next; None if the children differ."""
+    if children.keys() != ema_children.keys():
+        return None
+    paired = []
+    for name, child in children.items():
+        ema_child = ema_children[name]
+        if child is None or ema_child is None:
+            if child is not ema_child:
+                return None
+            continue
+        paired.append((f"{prefix}{name}.", child, ema_child))
+    return paired
 
 
 def _named_tensors(module: nn.Module) -> tuple[dict[str, torch.Tensor], set[str]]:
