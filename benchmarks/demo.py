@@ -151,6 +151,52 @@ def soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Ten
     return torch.sum(-targets * TF.log_softmax(logits, dim=1), dim=1).mean()
 
 
+def build_model(
+    recipe: tuple[str, ...], *, lr: float, device: str, seed: int
+) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """The seeded CNN and its optimizer, with the recipe's model transforms applied."""
+    torch.manual_seed(seed)
+    model = small_cnn().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4, nesterov=True)
+    if "blurpool" in recipe:
+        F.apply_blurpool(model, optimizers=opt, min_channels=1)
+    if "channels_last" in recipe:
+        F.apply_channels_last(model)
+    return model, opt
+
+
+def batch_inputs(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    recipe: tuple[str, ...],
+    model: nn.Module,
+    *,
+    progress_fraction: float,
+    batch_idx: int,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step's inputs and soft targets after the recipe's data-side algorithms."""
+    if "progressive_resizing" in recipe:
+        scale = F.progressive_resizing_scale(
+            progress_fraction, initial_scale=0.5, finetune_fraction=0.3
+        )
+        x, _ = F.resize_inputs(x, y, scale, generator=generator)
+    if "selective_backprop" in recipe and F.should_selective_backprop(
+        progress_fraction, batch_idx, start=0.2, end=0.7, interrupt=2
+    ):
+        x, y = F.select_using_loss(x, y, model, TF.cross_entropy, keep=0.5, generator=generator)
+    if "channels_last" in recipe:
+        x = x.contiguous(memory_format=torch.channels_last)
+    if "mixup" in recipe:
+        lam = F.gen_interpolation_lambda(0.2, generator=generator)
+        x, targets, _ = F.mixup_batch(x, y, lam, N_CLASSES, generator=generator)
+    elif "cutmix" in recipe:
+        x, targets, _ = F.cutmix_batch(x, y, N_CLASSES, alpha=1.0, generator=generator)
+    else:
+        targets = TF.one_hot(y, N_CLASSES).float()
+    return x, targets
+
+
 def train(
     name: str,
     recipe: tuple[str, ...],
@@ -171,14 +217,8 @@ def train(
     sync()
     run_start = time.perf_counter()
     x_train, y_train, x_test, y_test = (t.to(device) for t in data)
-    torch.manual_seed(seed)
-    model = small_cnn().to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4, nesterov=True)
-    if "blurpool" in recipe:
-        F.apply_blurpool(model, optimizers=opt, min_channels=1)
+    model, opt = build_model(recipe, lr=lr, device=device, seed=seed)
     channels_last = "channels_last" in recipe
-    if channels_last:
-        F.apply_channels_last(model)
     steps_per_epoch = math.ceil(len(y_train) / batch_size)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * steps_per_epoch)
     run_epochs = epochs
@@ -202,26 +242,15 @@ def train(
             sync()
             start = time.perf_counter()
             idx = order[batch_idx * batch_size : (batch_idx + 1) * batch_size]
-            x, y = random_shift(x_train[idx], gen), y_train[idx]
-            progress_fraction = step / total_steps
-            if "progressive_resizing" in recipe:
-                scale = F.progressive_resizing_scale(
-                    progress_fraction, initial_scale=0.5, finetune_fraction=0.3
-                )
-                x, _ = F.resize_inputs(x, y, scale, generator=gen)
-            if "selective_backprop" in recipe and F.should_selective_backprop(
-                progress_fraction, batch_idx, start=0.2, end=0.7, interrupt=2
-            ):
-                x, y = F.select_using_loss(x, y, model, TF.cross_entropy, keep=0.5, generator=gen)
-            if channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
-            if "mixup" in recipe:
-                lam = F.gen_interpolation_lambda(0.2, generator=gen)
-                x, targets, _ = F.mixup_batch(x, y, lam, N_CLASSES, generator=gen)
-            elif "cutmix" in recipe:
-                x, targets, _ = F.cutmix_batch(x, y, N_CLASSES, alpha=1.0, generator=gen)
-            else:
-                targets = TF.one_hot(y, N_CLASSES).float()
+            x, targets = batch_inputs(
+                random_shift(x_train[idx], gen),
+                y_train[idx],
+                recipe,
+                model,
+                progress_fraction=step / total_steps,
+                batch_idx=batch_idx,
+                generator=gen,
+            )
             logits = model(x)
             if "label_smoothing" in recipe:
                 targets = F.smooth_labels(logits, targets, alpha=0.1)

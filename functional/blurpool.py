@@ -89,7 +89,14 @@ def _default_taps(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     return taps
 
 
-def _shift_add(src: torch.Tensor, dim: int, taps: Taps, pad: int, stride: int, out: torch.Tensor):
+def _shift_add(
+    src: torch.Tensor,
+    dim: int,
+    taps: tuple[float | torch.Tensor, ...],
+    pad: int,
+    stride: int,
+    out: torch.Tensor,
+) -> None:
     """``out[i] = Σ_j taps[j] · src[i·stride + j - pad]`` along ``dim`` (zeros outside ``src``).
 
     ``taps`` are Python floats (constants) or 0-d tensors (a layer's buffer, never read on the
@@ -230,17 +237,18 @@ class _SeparableBlur(torch.autograd.Function):
     correlation, with the flipped taps, of the zero-upsampled output gradient."""
 
     @staticmethod
-    def forward(ctx, x, col, row, pads, stride, grid=None, per_channel=False):  # type: ignore[override]
+    def forward(ctx, x, col, row, pads, stride, grid=None, per_channel=False):
         ctx.geometry = (col, row, pads, stride, x.shape[-2:], grid, per_channel)
         return _blur_planes_cpu(x, col, row, pads, stride, grid, per_channel)
 
     @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
+    def backward(ctx, grad):
         col, row, pads, stride, (height, width), grid, per_channel = ctx.geometry
         if stride != (1, 1):
             spread = grad.new_zeros((*grad.shape[:2], height, width))
             spread[..., :: stride[0], :: stride[1]] = grad
             grad = spread
+        flipped: tuple[Taps | None, Taps | None, tuple[Taps, ...] | None]
         if grid is None:
             k_h, k_w = len(col), len(row)
             flipped = (col[::-1], row[::-1], None)
@@ -468,10 +476,9 @@ def blurmax_pool2d(
     return _blurmax(input, kernel_size, stride, padding, dilation, ceil_mode, filt, None)
 
 
-def _check_pool_input(input: object) -> int:
+def _check_pool_input(input: torch.Tensor) -> int:
     """Validate ``blurmax_pool2d``'s input; returns its channel count."""
     check_ndim(input, "input", 4, "(B, C, H, W)")
-    assert isinstance(input, torch.Tensor)
     if input.dtype == torch.bool or input.is_complex():
         raise TypeError(
             f"input must be a real, non-bool tensor (max pooling is not defined for dtype "
@@ -649,7 +656,9 @@ class BlurConv2d(_BlurTaps, nn.Conv2d):
             dilation,
             groups,
             bias,
-            padding_mode,
+            # torch's Conv2d.__init__ annotates padding_mode as a Literal but stores (and
+            # reports as conv.padding_mode) a plain str; Conv2d checks the value itself.
+            padding_mode,  # type: ignore[arg-type]
             device=device,
             dtype=dtype,
         )
@@ -681,13 +690,15 @@ class BlurConv2d(_BlurTaps, nn.Conv2d):
         if self.blur_first:
             check_ndim(input, "input", 4, "(B, C, H, W)")
             return super().forward(_separable_blur(input, taps, taps, (1, 1)))
+        padding: int | str | tuple[int, ...]
         if self.padding_mode != "zeros":
             input = nnf.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
             padding = 0
         else:
             padding = self.padding
         full = nnf.conv2d(input, self.weight, self.bias, 1, padding, self.dilation, self.groups)
-        return _separable_blur(full, taps, taps, self.stride)
+        stride_h, stride_w = self.stride  # two entries (_ConvNd annotates any length)
+        return _separable_blur(full, taps, taps, (stride_h, stride_w))
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", blur_first={self.blur_first}"

@@ -229,8 +229,12 @@ def cutmix_batch(
         and all(isinstance(v, numbers.Integral) for v in bbox)
     ):
         x1, y1, x2, y2 = (int(v) for v in bbox)
-        clip = (min(max(x1, 0), width), min(max(y1, 0), height))
-        clip += (min(max(x2, 0), width), min(max(y2, 0), height))
+        clip = (
+            min(max(x1, 0), width),
+            min(max(y1, 0), height),
+            min(max(x2, 0), width),
+            min(max(y2, 0), height),
+        )
         x_mix = _paste_fixed(x, perm, clip)
     else:
         x_mix = _paste(x, perm, box)

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Iterator, Mapping, MutableMapping
 from operator import attrgetter
+from typing import TypeGuard
 
 import torch
 from torch import nn
@@ -118,7 +119,7 @@ _PLAIN = (torch.Tensor, nn.Parameter)
 _PLAIN_KINDS = {torch.Tensor, nn.Parameter}
 
 
-def _is_dtensor(t: torch.Tensor) -> bool:
+def _is_dtensor(t: torch.Tensor) -> TypeGuard[DTensor]:
     return type(t) not in _PLAIN and DTensor is not None and isinstance(t, DTensor)
 
 
@@ -179,8 +180,7 @@ class _Pairs:
         return True
 
     def add(self, prefix: str, name: str, ema: object, value: torch.Tensor) -> None:
-        plain = type(ema) in _PLAIN and type(value) in _PLAIN
-        if not plain and not isinstance(ema, torch.Tensor):
+        if not isinstance(ema, torch.Tensor):
             raise TypeError(
                 f"ema_model['{prefix}{name}'] must be a tensor, got {type(ema).__name__}"
             )
@@ -189,7 +189,7 @@ class _Pairs:
                 f"{self.caller}: '{prefix}{name}' has shape {tuple(value.shape)} in model but "
                 f"{tuple(ema.shape)} in ema_model"
             )
-        if not plain:
+        if not (type(ema) in _PLAIN and type(value) in _PLAIN):
             ema, value = _local_shards(self.caller, prefix + name, ema, value)
         if ema.numel() == 0:
             return
@@ -220,10 +220,9 @@ def _local_shards(
     caller: str, name: str, ema: torch.Tensor, value: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """For DTensors, each rank's local shards, updated in place (no communication)."""
-    ema_sharded, model_sharded = _is_dtensor(ema), _is_dtensor(value)
-    if not (ema_sharded or model_sharded):  # another tensor subclass: use it as it is
+    if not (_is_dtensor(ema) or _is_dtensor(value)):  # another tensor subclass: as it is
         return ema, value
-    if ema_sharded != model_sharded:
+    if not (_is_dtensor(ema) and _is_dtensor(value)):
         raise TypeError(
             f"{caller}: '{name}' is a DTensor in one of model / ema_model and a plain tensor "
             "in the other; shard both the same way (e.g. fully_shard both models, or use the "
@@ -257,9 +256,11 @@ def _collect_same_tree(
     """Every (ema, model) tensor of two module trees with the same names in the same order."""
     ema_all: list = []
     model_all: list = []
-    stack = [(model, ema)]
+    stack: list[tuple[nn.Module | None, nn.Module | None]] = [(model, ema)]
     while stack:
         mine, theirs = stack.pop()
+        if mine is None or theirs is None:  # a child registered as None: the careful path
+            return None
         for own, other in (
             (mine._parameters, theirs._parameters),
             (mine._buffers, theirs._buffers),
@@ -280,30 +281,55 @@ def _pair_same_tree(model: nn.Module, ema: nn.Module, pairs: _Pairs) -> bool:
     stack = [("", model, ema)]
     while stack:
         prefix, mine, theirs = stack.pop()
-        for own, other in (
-            (mine._parameters, theirs._parameters),
-            (mine._buffers, theirs._buffers),
+        if not (
+            _pair_slots(prefix, mine._parameters, theirs._parameters, pairs)
+            and _pair_slots(prefix, mine._buffers, theirs._buffers, pairs)
         ):
-            if own.keys() != other.keys():
-                return False
-            for name, value in own.items():
-                ema_value = other[name]
-                if value is None or ema_value is None:
-                    if value is not ema_value:
-                        return False
-                    continue
-                pairs.add(prefix, name, ema_value, value)
-        children, ema_children = mine._modules, theirs._modules
-        if children.keys() != ema_children.keys():
             return False
-        for name, child in children.items():
-            ema_child = ema_children[name]
-            if child is None or ema_child is None:
-                if child is not ema_child:
-                    return False
-                continue
-            stack.append((f"{prefix}{name}.", child, ema_child))
+        children = _paired_children(prefix, mine._modules, theirs._modules)
+        if children is None:
+            return False
+        stack += children
     return True
+
+
+def _pair_slots(
+    prefix: str,
+    own: Mapping[str, torch.Tensor | None],
+    other: Mapping[str, torch.Tensor | None],
+    pairs: _Pairs,
+) -> bool:
+    """Add one module's parameters (or buffers) to ``pairs``; False if the two differ in names
+    or in which of them are None."""
+    if own.keys() != other.keys():
+        return False
+    for name, value in own.items():
+        ema_value = other[name]
+        if value is None or ema_value is None:
+            if value is not ema_value:
+                return False
+            continue
+        pairs.add(prefix, name, ema_value, value)
+    return True
+
+
+def _paired_children(
+    prefix: str,
+    children: Mapping[str, nn.Module | None],
+    ema_children: Mapping[str, nn.Module | None],
+) -> list[tuple[str, nn.Module, nn.Module]] | None:
+    """The (prefix, model child, ema child) triples to walk next; None if the children differ."""
+    if children.keys() != ema_children.keys():
+        return None
+    paired = []
+    for name, child in children.items():
+        ema_child = ema_children[name]
+        if child is None or ema_child is None:
+            if child is not ema_child:
+                return None
+            continue
+        paired.append((f"{prefix}{name}.", child, ema_child))
+    return paired
 
 
 def _named_tensors(module: nn.Module) -> tuple[dict[str, torch.Tensor], set[str]]:

@@ -67,8 +67,8 @@ class _Factorized(nn.Module):
 
     latent_size: int
     approximation_error: float
-    module0: nn.Module
-    module1: nn.Module
+    module0: nn.Conv2d | nn.Linear
+    module1: nn.Conv2d | nn.Linear
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return self.module1(self.module0(input))
@@ -99,8 +99,8 @@ class _Factorized(nn.Module):
     def _set_from_dense(self, weight: torch.Tensor) -> None:
         left, right, error = _svd_factors(weight.reshape(weight.shape[0], -1), self.latent_size)
         with torch.no_grad():
-            self.module0.weight.copy_(right.reshape(self.module0.weight.shape))  # type: ignore[union-attr]
-            self.module1.weight.copy_(left.reshape(self.module1.weight.shape))  # type: ignore[union-attr]
+            self.module0.weight.copy_(right.reshape(self.module0.weight.shape))
+            self.module1.weight.copy_(left.reshape(self.module1.weight.shape))
         self.approximation_error = error
 
     def surgery_remap_state_dict(self, state_dict: dict[str, torch.Tensor], prefix: str) -> None:
@@ -116,8 +116,8 @@ class _Factorized(nn.Module):
         left, right, _ = _svd_factors(dense.reshape(dense.shape[0], -1), self.latent_size)
         w0 = self.module0.weight
         w1 = self.module1.weight
-        state_dict[prefix + "module0.weight"] = right.reshape(w0.shape).to(w0.dtype)  # type: ignore[union-attr]
-        state_dict[prefix + "module1.weight"] = left.reshape(w1.shape).to(w1.dtype)  # type: ignore[union-attr]
+        state_dict[prefix + "module0.weight"] = right.reshape(w0.shape).to(w0.dtype)
+        state_dict[prefix + "module1.weight"] = left.reshape(w1.shape).to(w1.dtype)
         bias = state_dict.pop(prefix + "bias", None)
         if bias is not None:
             state_dict[prefix + "module1.bias"] = bias
@@ -150,6 +150,9 @@ class FactorizedConv2d(_Factorized):
         (16, torch.Size([2, 32, 8, 8]))
     """
 
+    module0: nn.Conv2d
+    module1: nn.Conv2d
+
     def __init__(
         self,
         in_channels: int,
@@ -177,7 +180,9 @@ class FactorizedConv2d(_Factorized):
             padding=padding,
             dilation=dilation,
             bias=False,
-            padding_mode=padding_mode,
+            # torch's Conv2d.__init__ annotates padding_mode as a Literal but stores (and
+            # reports as conv.padding_mode) a plain str; Conv2d checks the value itself.
+            padding_mode=padding_mode,  # type: ignore[arg-type]
             device=device,
             dtype=dtype,
         )
@@ -252,6 +257,9 @@ class FactorizedLinear(_Factorized):
         >>> torch.allclose(fact(torch.ones(2, 32)), lin(torch.ones(2, 32)), atol=1e-5)
         True
     """
+
+    module0: nn.Linear
+    module1: nn.Linear
 
     def __init__(
         self,

@@ -273,11 +273,14 @@ def apply_gradient_clipping(
         with torch.no_grad():
             _clip_by_value_(params, threshold)
         return None
-    with_grad = [p for p in params if p.grad is not None]
-    for p in with_grad:
-        if p.grad.is_sparse:
-            raise TypeError("apply_gradient_clipping('adaptive') does not support sparse gradients")
+    weights, grads = [], []
+    for p in params:
+        if p.grad is not None:
+            if p.grad.is_sparse:
+                raise TypeError(
+                    "apply_gradient_clipping('adaptive') does not support sparse gradients"
+                )
+            weights.append(p.detach())
+            grads.append(p.grad)
     with torch.no_grad():
-        return _adaptive_clip_(
-            [p.detach() for p in with_grad], [p.grad for p in with_grad], threshold
-        )
+        return _adaptive_clip_(weights, grads, threshold)

@@ -101,7 +101,7 @@ def smooth_labels(
     index = targets.to(device=logits.device, dtype=torch.long, non_blocking=True).unsqueeze(1)
     out = torch.empty_like(logits, dtype=dtype, memory_format=memory_format_of(logits))
     high = 1 - alpha + low
-    if isinstance(alpha, torch.Tensor):
+    if isinstance(low, torch.Tensor) and isinstance(high, torch.Tensor):  # alpha a 0-d tensor
         out.copy_(low.expand(out.shape))
         return out.scatter_(1, index, high.expand(index.shape))
     return out.fill_(low).scatter_(1, index, high)

@@ -9,6 +9,8 @@ ops it runs in low precision, and hand back the input's dtype. Outside autocast 
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 from torch import nn
 from torch.nn import functional as nnf
@@ -50,6 +52,9 @@ def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     return None if t is None else t.to(dtype)
 
 
+_Norm = TypeVar("_Norm", bound="_LowPrecisionNorm")
+
+
 class _LowPrecisionNorm(nn.Module):
     """What the two layers share; mixed in before the norm class (``nn.LayerNorm``, ...).
 
@@ -59,6 +64,10 @@ class _LowPrecisionNorm(nn.Module):
 
     low_precision_dtype: torch.dtype
     _plain: type[nn.Module]
+    # Registered by the norm class mixed in after this one, which mypy sees as Parameters (they
+    # are None without affine parameters; _cast passes None through).
+    weight: nn.Parameter
+    bias: nn.Parameter
 
     def __init__(self, *args, low_precision_dtype: torch.dtype = torch.bfloat16, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -66,7 +75,9 @@ class _LowPrecisionNorm(nn.Module):
         self.low_precision_dtype = low_precision_dtype
 
     @classmethod
-    def _share(cls, norm: nn.Module, name: str, low_precision_dtype: torch.dtype):
+    def _share(
+        cls: type[_Norm], norm: nn.Module, name: str, low_precision_dtype: torch.dtype
+    ) -> _Norm:
         """A ``cls`` sharing ``norm``'s Parameters (no copy); ``name`` is the argument's."""
         if not isinstance(norm, cls._plain):
             raise TypeError(
@@ -74,6 +85,7 @@ class _LowPrecisionNorm(nn.Module):
             )
         _check_dtype(low_precision_dtype)
         new = clone_module_as(norm, cls)
+        assert isinstance(new, cls)  # clone_module_as builds a cls; its annotation says Module
         new.low_precision_dtype = low_precision_dtype
         return new
 

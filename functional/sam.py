@@ -192,7 +192,7 @@ class SAMOptimizer(Optimizer):
     # The parameter bookkeeping is the base optimizer's: the same objects, never copies, so
     # schedulers, checkpoints and surgery see one truth whichever object they are given.
     @property
-    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+    def param_groups(self) -> list[dict[str, Any]]:
         return self.base_optimizer.param_groups
 
     @param_groups.setter
@@ -200,7 +200,7 @@ class SAMOptimizer(Optimizer):
         self.base_optimizer.param_groups = value
 
     @property
-    def state(self) -> Any:  # type: ignore[override]
+    def state(self) -> Any:
         return self.base_optimizer.state
 
     @state.setter
@@ -208,7 +208,7 @@ class SAMOptimizer(Optimizer):
         self.base_optimizer.state = value
 
     @property
-    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
+    def defaults(self) -> dict[str, Any]:
         return self.base_optimizer.defaults
 
     @defaults.setter
@@ -321,6 +321,7 @@ class SAMOptimizer(Optimizer):
         # GradScaler keeps the inf/NaN flags it just computed per optimizer (keyed by id); this is
         # where GradScaler.step takes them from too.
         found = scaler._per_optimizer_states[id(owner)]["found_inf_per_device"]
+        assert scaler._scale is not None  # unscale_ raised otherwise (scale() never called)
         flags = [v.to(scaler._scale.device, non_blocking=True) for v in found.values()]
         return torch.stack(flags).amax() if flags else None
 
@@ -351,7 +352,38 @@ class SAMOptimizer(Optimizer):
                     grads.append(p.grad)
         return params, grads
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+    def _ascend(
+        self,
+        params: list[torch.Tensor],
+        grads: list[torch.Tensor],
+        found_inf: torch.Tensor | None,
+    ) -> dict[tuple[torch.device, torch.dtype], list[list[torch.Tensor]]]:
+        """Move the weights from w to w + e(w), saving w; the groups (params, grads, saved w)."""
+        norm = foreach_total_norm(grads)
+        # e(w) = g·ρ/(‖g‖+ε), or 0 when g is not finite (decided on the device).
+        scale = torch.where(norm.isfinite(), self.rho / (norm + self.epsilon), 0.0)
+        saved = self._saved_buffers(params)
+        groups = group_by_device_and_dtype(params, grads, saved)
+        for (device, _), (ps, gs, ws) in groups.items():
+            torch._foreach_copy_(ws, ps)
+            factor = scale.to(device)
+            if found_inf is None:
+                # With g not finite the factor is 0, but 0·inf = NaN: zero those entries
+                # first (the closure zeroes the gradients next anyway). With a grad scaler
+                # such a step is skipped as a whole.
+                for g in gs:
+                    torch.nan_to_num_(g, nan=0.0, posinf=0.0, neginf=0.0)
+            if device.type == "cpu":
+                # One pass per tensor, w += factor·g (CPU foreach kernels loop anyway).
+                for p, g in zip(ps, gs, strict=True):
+                    p.addcmul_(g, factor)
+            else:
+                # Two multi-tensor launches; e(w) is formed in the gradient buffers.
+                torch._foreach_mul_(gs, factor)
+                torch._foreach_add_(ps, gs)
+        return groups
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Run one (SAM or plain) step; see the class docstring. Returns the loss at ``w``."""
         if closure is None or not callable(closure):
             raise TypeError(
@@ -374,28 +406,7 @@ class SAMOptimizer(Optimizer):
             if not params:
                 self._base_step(found_inf)
                 return loss
-            norm = foreach_total_norm(grads)
-            # e(w) = g·ρ/(‖g‖+ε), or 0 when g is not finite (decided on the device).
-            scale = torch.where(norm.isfinite(), self.rho / (norm + self.epsilon), 0.0)
-            saved = self._saved_buffers(params)
-            groups = group_by_device_and_dtype(params, grads, saved)
-            for (device, _), (ps, gs, ws) in groups.items():
-                torch._foreach_copy_(ws, ps)
-                factor = scale.to(device)
-                if found_inf is None:
-                    # With g not finite the factor is 0, but 0·inf = NaN: zero those entries
-                    # first (the closure zeroes the gradients next anyway). With a grad scaler
-                    # such a step is skipped as a whole.
-                    for g in gs:
-                        torch.nan_to_num_(g, nan=0.0, posinf=0.0, neginf=0.0)
-                if device.type == "cpu":
-                    # One pass per tensor, w += factor·g (CPU foreach kernels loop anyway).
-                    for p, g in zip(ps, gs, strict=True):
-                        p.addcmul_(g, factor)
-                else:
-                    # Two multi-tensor launches; e(w) is formed in the gradient buffers.
-                    torch._foreach_mul_(gs, factor)
-                    torch._foreach_add_(ps, gs)
+            groups = self._ascend(params, grads, found_inf)
         try:
             with torch.enable_grad():
                 closure()

@@ -50,8 +50,122 @@ def _scaled_length(value: float, ratio: float, where: str) -> int:
     return scaled
 
 
-def _plan(scheduler: object, ratio: float, where: str, edits: list[_Edit]) -> None:
-    """Append the in-place edits that scale ``scheduler``; raise before anything is changed."""
+def _plan_step(s: lrs.StepLR, ratio: float, name: str, edits: list[_Edit]) -> None:
+    step_size = _scaled_length(s.step_size, ratio, f"{name}.step_size")
+    edits.append(lambda: setattr(s, "step_size", step_size))
+
+
+def _plan_multi_step(s: lrs.MultiStepLR, ratio: float, name: str, edits: list[_Edit]) -> None:
+    milestones: Counter[int] = Counter()
+    for m, count in s.milestones.items():
+        milestones[_scaled_length(m, ratio, f"{name}.milestones[{m}]")] += count
+    edits.append(lambda: setattr(s, "milestones", milestones))
+
+
+def _plan_cosine(s: lrs.CosineAnnealingLR, ratio: float, name: str, edits: list[_Edit]) -> None:
+    t_max = _scaled_length(s.T_max, ratio, f"{name}.T_max")
+    edits.append(lambda: setattr(s, "T_max", t_max))
+
+
+def _plan_warm_restarts(
+    s: lrs.CosineAnnealingWarmRestarts, ratio: float, name: str, edits: list[_Edit]
+) -> None:
+    t_0 = _scaled_length(s.T_0, ratio, f"{name}.T_0")
+
+    def edit_restarts() -> None:
+        s.T_0 = t_0
+        s.T_i = t_0  # the current period, still the first one (last_epoch == 0)
+
+    edits.append(edit_restarts)
+
+
+def _plan_exponential(s: lrs.ExponentialLR, ratio: float, name: str, edits: list[_Edit]) -> None:
+    gamma = s.gamma ** (1.0 / ratio)
+    edits.append(lambda: setattr(s, "gamma", gamma))
+
+
+def _plan_total_iters(
+    s: lrs.LinearLR | lrs.ConstantLR | lrs.PolynomialLR,
+    ratio: float,
+    name: str,
+    edits: list[_Edit],
+) -> None:
+    total_iters = _scaled_length(s.total_iters, ratio, f"{name}.total_iters")
+    edits.append(lambda: setattr(s, "total_iters", total_iters))
+
+
+def _plan_one_cycle(s: lrs.OneCycleLR, ratio: float, name: str, edits: list[_Edit]) -> None:
+    old_total = s.total_steps
+    total = _scaled_length(old_total, ratio, f"{name}.total_steps")
+    # Phase k of torch's OneCycleLR ends at step frac_k·total_steps - (k + 1), the last one
+    # at total_steps - 1; keep every frac_k and rebuild the ends for the new total.
+    ends: list[float] = []
+    for k, phase in enumerate(s._schedule_phases):
+        frac = (phase["end_step"] + k + 1) / old_total
+        ends.append(float(frac * total) - (k + 1))
+    ends[-1] = total - 1
+
+    def edit_one_cycle() -> None:
+        s.total_steps = total
+        for phase, end in zip(s._schedule_phases, ends, strict=True):
+            phase["end_step"] = end
+
+    edits.append(edit_one_cycle)
+
+
+def _plan_cyclic(s: lrs.CyclicLR, ratio: float, name: str, edits: list[_Edit]) -> None:
+    up_size = s.total_size * s.step_ratio
+    up = _scaled_length(up_size, ratio, f"{name}.step_size_up")
+    down = _scaled_length(s.total_size - up_size, ratio, f"{name}.step_size_down")
+
+    def edit_cyclic() -> None:
+        # torch stores total_size as a float although mypy infers int from its __init__
+        # (torch converts the int-annotated step sizes with float() first).
+        s.total_size = float(up + down)  # type: ignore[assignment]
+        s.step_ratio = up / (up + down)
+
+    edits.append(edit_cyclic)
+
+
+def _plan_sequential(s: lrs.SequentialLR, ratio: float, name: str, edits: list[_Edit]) -> None:
+    bounds = [
+        _scaled_length(m, ratio, f"{name}.milestones[{i}]") for i, m in enumerate(s._milestones)
+    ]
+    for i in range(1, len(bounds)):
+        if bounds[i] <= bounds[i - 1]:
+            raise ValueError(
+                f"scale_scheduler: {name}.milestones {list(s._milestones)} scaled by {ratio:g} "
+                f"round to {bounds}, leaving child {i} no steps; use a larger ssr"
+            )
+    _plan_children(s, ratio, name, edits)
+    edits.append(lambda: setattr(s, "_milestones", bounds))
+
+
+def _plan_children(
+    s: lrs.SequentialLR | lrs.ChainedScheduler, ratio: float, name: str, edits: list[_Edit]
+) -> None:
+    for i, child in enumerate(s._schedulers):
+        _plan(child, ratio, f"{name}._schedulers[{i}]", edits)
+
+
+# One planner per supported type, tried in order (first isinstance match wins); each reads
+# the scheduler, raises on a length that cannot be scaled, and appends the edits to make.
+_PLANNERS: tuple[tuple[type | tuple[type, ...], Callable[..., None]], ...] = (
+    (lrs.StepLR, _plan_step),
+    (lrs.MultiStepLR, _plan_multi_step),
+    (lrs.CosineAnnealingLR, _plan_cosine),
+    (lrs.CosineAnnealingWarmRestarts, _plan_warm_restarts),
+    (lrs.ExponentialLR, _plan_exponential),
+    ((lrs.LinearLR, lrs.ConstantLR, lrs.PolynomialLR), _plan_total_iters),
+    (lrs.OneCycleLR, _plan_one_cycle),
+    (lrs.CyclicLR, _plan_cyclic),
+    (lrs.SequentialLR, _plan_sequential),
+    (lrs.ChainedScheduler, _plan_children),
+)
+
+
+def _check_fresh(scheduler: object, where: str) -> None:
+    """Refuse a scheduler of an unsupported type or one that has already stepped."""
     if not isinstance(scheduler, SUPPORTED_SCHEDULERS):
         raise ValueError(
             f"scale_scheduler does not support {where} of type {type(scheduler).__name__}; "
@@ -65,77 +179,16 @@ def _plan(scheduler: object, ratio: float, where: str, edits: list[_Edit]) -> No
             f"scale_scheduler: {where} ({type(scheduler).__name__}) has already been stepped "
             f"(last_epoch={last_epoch}); scale it right after constructing it"
         )
+
+
+def _plan(scheduler: object, ratio: float, where: str, edits: list[_Edit]) -> None:
+    """Append the in-place edits that scale ``scheduler``; raise before anything is changed."""
+    _check_fresh(scheduler, where)
     name = f"{where}.{type(scheduler).__name__}"
-    s = scheduler  # typed as Any below: the attributes are those of the matched class
-
-    if isinstance(s, lrs.StepLR):
-        step_size = _scaled_length(s.step_size, ratio, f"{name}.step_size")
-        edits.append(lambda: setattr(s, "step_size", step_size))
-    elif isinstance(s, lrs.MultiStepLR):
-        milestones: Counter[int] = Counter()
-        for m, count in s.milestones.items():
-            milestones[_scaled_length(m, ratio, f"{name}.milestones[{m}]")] += count
-        edits.append(lambda: setattr(s, "milestones", milestones))
-    elif isinstance(s, lrs.CosineAnnealingLR):
-        t_max = _scaled_length(s.T_max, ratio, f"{name}.T_max")
-        edits.append(lambda: setattr(s, "T_max", t_max))
-    elif isinstance(s, lrs.CosineAnnealingWarmRestarts):
-        t_0 = _scaled_length(s.T_0, ratio, f"{name}.T_0")
-
-        def edit_restarts() -> None:
-            s.T_0 = t_0
-            s.T_i = t_0  # the current period, still the first one (last_epoch == 0)
-
-        edits.append(edit_restarts)
-    elif isinstance(s, lrs.ExponentialLR):
-        gamma = s.gamma ** (1.0 / ratio)
-        edits.append(lambda: setattr(s, "gamma", gamma))
-    elif isinstance(s, (lrs.LinearLR, lrs.ConstantLR, lrs.PolynomialLR)):
-        total_iters = _scaled_length(s.total_iters, ratio, f"{name}.total_iters")
-        edits.append(lambda: setattr(s, "total_iters", total_iters))
-    elif isinstance(s, lrs.OneCycleLR):
-        old_total = s.total_steps
-        total = _scaled_length(old_total, ratio, f"{name}.total_steps")
-        # Phase k of torch's OneCycleLR ends at step frac_k·total_steps - (k + 1), the last one
-        # at total_steps - 1; keep every frac_k and rebuild the ends for the new total.
-        ends = []
-        for k, phase in enumerate(s._schedule_phases):
-            frac = (phase["end_step"] + k + 1) / old_total
-            ends.append(float(frac * total) - (k + 1))
-        ends[-1] = total - 1
-
-        def edit_one_cycle() -> None:
-            s.total_steps = total
-            for phase, end in zip(s._schedule_phases, ends, strict=True):
-                phase["end_step"] = end
-
-        edits.append(edit_one_cycle)
-    elif isinstance(s, lrs.CyclicLR):
-        up_size = s.total_size * s.step_ratio
-        up = _scaled_length(up_size, ratio, f"{name}.step_size_up")
-        down = _scaled_length(s.total_size - up_size, ratio, f"{name}.step_size_down")
-
-        def edit_cyclic() -> None:
-            s.total_size = float(up + down)
-            s.step_ratio = up / (up + down)
-
-        edits.append(edit_cyclic)
-    elif isinstance(s, lrs.SequentialLR):
-        bounds = [
-            _scaled_length(m, ratio, f"{name}.milestones[{i}]") for i, m in enumerate(s._milestones)
-        ]
-        for i in range(1, len(bounds)):
-            if bounds[i] <= bounds[i - 1]:
-                raise ValueError(
-                    f"scale_scheduler: {name}.milestones {list(s._milestones)} scaled by {ratio:g} "
-                    f"round to {bounds}, leaving child {i} no steps; use a larger ssr"
-                )
-        for i, child in enumerate(s._schedulers):
-            _plan(child, ratio, f"{name}._schedulers[{i}]", edits)
-        edits.append(lambda: setattr(s, "_milestones", bounds))
-    elif isinstance(s, lrs.ChainedScheduler):
-        for i, child in enumerate(s._schedulers):
-            _plan(child, ratio, f"{name}._schedulers[{i}]", edits)
+    for types, planner in _PLANNERS:
+        if isinstance(scheduler, types):
+            planner(scheduler, ratio, name, edits)
+            return
 
 
 def scale_scheduler(

@@ -327,6 +327,7 @@ class SWA:
                 self._start_swa_lr()
                 for group, lr in zip(self.optimizer.param_groups, saved_lrs, strict=True):
                     group["lr"] = lr  # SWALR's construction may set it; the optimizer's own wins
+            assert self.swa_scheduler is not None  # _start_swa_lr built it if there was none
             self.swa_scheduler.load_state_dict(dict(state_dict["swa_scheduler"]))
 
     def __repr__(self) -> str:

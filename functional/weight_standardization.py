@@ -102,7 +102,7 @@ class _ConvLeafTracer(torch.fx.Tracer):
 def _convs_in_call_order(model: nn.Module) -> tuple[list[nn.Module], bool]:
     """The model's convolutions in the order ``forward`` first calls them (via torch.fx), and
     whether that order could be traced; registration order otherwise."""
-    registered = [m for m in model.modules() if isinstance(m, _CONVS)]
+    registered: list[nn.Module] = [m for m in model.modules() if isinstance(m, _CONVS)]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

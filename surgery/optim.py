@@ -17,6 +17,7 @@ is linear in the number of parameters, whatever the number of replacements.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 
@@ -87,17 +88,26 @@ def _check_params(params: Iterable[torch.Tensor], argument: str) -> list[torch.T
 
 def rebuild_param_groups(
     optimizer: torch.optim.Optimizer, pairs: Sequence[_Pair], removed: set[int]
-) -> bool:
+) -> None:
     """Apply a batch of ``(old_params, new_params)`` replacements to one optimizer in one pass.
 
-    ``removed`` holds the ``id()`` of every parameter that no longer exists in the model. Returns
-    whether the optimizer held any replaced parameter. Param group lists are edited in place, so
-    optimizers that keep a reference to them (LBFGS) stay valid.
+    ``removed`` holds the ``id()`` of every parameter that no longer exists in the model. An
+    optimizer that held none of the replaced parameters is left untouched. Param group lists are
+    edited in place, so optimizers that keep a reference to them (LBFGS) stay valid.
     """
-    held: dict[int, int] = {}
+    held = {id(p): gi for gi, group in enumerate(optimizer.param_groups) for p in group["params"]}
+    owners, replaced_ids = _owning_pairs(pairs, held)
+    if not owners:
+        return
+    rebuild = _Rebuild(pairs, owners, held, replaced_ids)
     for gi, group in enumerate(optimizer.param_groups):
-        for p in group["params"]:
-            held[id(p)] = gi
+        group["params"][:] = rebuild.group(gi, group["params"], removed, optimizer.state)
+
+
+def _owning_pairs(
+    pairs: Sequence[_Pair], held: dict[int, int]
+) -> tuple[dict[int, list[int]], set[int]]:
+    """Map each held replaced parameter's ``id()`` to the pairs that replace it; all replaced ids."""
     owners: dict[int, list[int]] = {}
     replaced_ids: set[int] = set()
     for k, (old, _new) in enumerate(pairs):
@@ -105,39 +115,62 @@ def rebuild_param_groups(
             replaced_ids.add(id(p))
             if id(p) in held:
                 owners.setdefault(id(p), []).append(k)
-    if not owners:
-        return False
+    return owners, replaced_ids
 
-    emitted: set[int] = set()
-    triggered: set[int] = set()
-    for gi, group in enumerate(optimizer.param_groups):
+
+class _Rebuild:
+    """One pass over an optimizer's param groups, in order.
+
+    A pair's new parameters are emitted where the first of its old parameters that the
+    optimizer holds is met; every parameter is emitted at most once.
+    """
+
+    def __init__(
+        self,
+        pairs: Sequence[_Pair],
+        owners: dict[int, list[int]],
+        held: dict[int, int],
+        replaced_ids: set[int],
+    ) -> None:
+        self.pairs = pairs
+        self.owners = owners
+        self.held = held
+        self.replaced_ids = replaced_ids
+        self.emitted: set[int] = set()
+        self.triggered: set[int] = set()
+
+    def group(
+        self, gi: int, params: list[torch.Tensor], removed: set[int], state: dict[torch.Tensor, Any]
+    ) -> list[torch.Tensor]:
+        """The new parameter list of group ``gi``; drops the state of removed parameters."""
         rebuilt: list[torch.Tensor] = []
-        for p in group["params"]:
-            for k in owners.get(id(p), ()):
-                if k in triggered:
-                    continue
-                triggered.add(k)
-                for q in pairs[k][1]:
-                    qid = id(q)
-                    if qid in emitted:
-                        continue
-                    if qid in held:
-                        if held[qid] != gi:
-                            continue  # a survivor that lives in another group stays there
-                    elif qid in replaced_ids:
-                        continue  # a survivor this optimizer never held stays out
-                    if not q.is_leaf:
-                        raise ValueError(
-                            "a replacement parameter is not a leaf tensor and cannot be "
-                            f"optimized (shape {tuple(q.shape)}); build it as an nn.Parameter"
-                        )
-                    emitted.add(qid)
-                    rebuilt.append(q)
+        for p in params:
+            for k in self.owners.get(id(p), ()):
+                if k not in self.triggered:
+                    self.triggered.add(k)
+                    self._emit_new(self.pairs[k][1], gi, rebuilt)
             pid = id(p)
             if pid in removed:
-                optimizer.state.pop(p, None)
-            elif pid not in emitted:
-                emitted.add(pid)
+                state.pop(p, None)
+            elif pid not in self.emitted:
+                self.emitted.add(pid)
                 rebuilt.append(p)
-        group["params"][:] = rebuilt
-    return True
+        return rebuilt
+
+    def _emit_new(self, new: Sequence[torch.Tensor], gi: int, rebuilt: list[torch.Tensor]) -> None:
+        for q in new:
+            if self._joins_group(id(q), gi):
+                if not q.is_leaf:
+                    raise ValueError(
+                        "a replacement parameter is not a leaf tensor and cannot be "
+                        f"optimized (shape {tuple(q.shape)}); build it as an nn.Parameter"
+                    )
+                self.emitted.add(id(q))
+                rebuilt.append(q)
+
+    def _joins_group(self, qid: int, gi: int) -> bool:
+        if qid in self.emitted:
+            return False
+        if qid in self.held:
+            return self.held[qid] == gi  # a survivor that lives in another group stays there
+        return qid not in self.replaced_ids  # a survivor this optimizer never held stays out

@@ -547,3 +547,19 @@ def test_quick_and_careful_paths_agree() -> None:
     assert wide[0].weight.dtype == torch.float64
     with pytest.raises(ValueError, match=r"'0\.weight' has shape"):
         F.compute_ema(model, nn.Sequential(nn.Conv2d(3, 4, 1, bias=False), *ema[1:]), 0.5)
+
+
+def test_children_registered_as_none() -> None:
+    """A child registered as None (``register_module(name, None)``) is skipped on both sides;
+    the quick path used to crash on it with AttributeError."""
+    model = nn.Sequential(nn.Linear(2, 2))
+    model.register_module("absent", None)
+    ema = _perturbed(model)
+    expected = reference.ema(_state(model), _state(ema), 0.5)
+    F.compute_ema(model, ema, 0.5)
+    for name, value in _state(ema).items():
+        torch.testing.assert_close(value.double(), expected[name].double(), msg=name)
+    with pytest.raises(ValueError, match="missing from ema_model"):
+        other = nn.Sequential(nn.Linear(2, 2))
+        other.register_module("absent", nn.Linear(2, 2))
+        F.compute_ema(model, other, 0.5)

@@ -638,14 +638,8 @@ THRESHOLDS = {"subnormal": 5e-324, "small": 1e-3, "one": 1.0, "huge": 1e300}
 GRADS = ("normal", "none", "zero", "huge", "empty-param")
 
 
-@pytest.mark.parametrize("grads", GRADS)
-@pytest.mark.parametrize("threshold", THRESHOLDS)
-@pytest.mark.parametrize("clipping_type", ["norm", "value", "adaptive"])
-def test_gradient_clipping_on_odd_gradients(clipping_type, threshold, grads) -> None:
-    """No gradients yet (first step, frozen model), zero or huge gradients (whose float32 norm
-    overflows), an empty parameter; thresholds from subnormal to beyond float32. No error;
-    clipped gradients stay finite and within the bound; a zero gradient stays zero; a
-    threshold beyond float32 (inf there) clips nothing, even when the norm overflowed."""
+def _model_with_odd_gradients(grads: str) -> nn.Module:
+    """Two linear layers (and an empty parameter for "empty-param") with the named gradients."""
     model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
     if grads == "empty-param":
         model.register_parameter("empty", nn.Parameter(torch.empty(0, 3)))
@@ -654,6 +648,26 @@ def test_gradient_clipping_on_odd_gradients(clipping_type, threshold, grads) -> 
             continue
         g = torch.full_like(p, 0.5 * (i + 1))
         p.grad = {"zero": torch.zeros_like(p), "huge": g * 1e30}.get(grads, g)
+    return model
+
+
+def _assert_within_adaptive_bound(p: nn.Parameter, limit: float, slack: float) -> None:
+    """Each output row's gradient norm is at most ``limit`` times its weight norm."""
+    rows = p.grad.double().reshape(p.shape[0], -1) if p.ndim > 1 else p.grad.double()[None]
+    w = p.detach().double().reshape(rows.shape)
+    bound = limit * w.norm(dim=1).clamp_min(1e-3)
+    assert (rows.norm(dim=1) <= bound * slack).all()
+
+
+@pytest.mark.parametrize("grads", GRADS)
+@pytest.mark.parametrize("threshold", THRESHOLDS)
+@pytest.mark.parametrize("clipping_type", ["norm", "value", "adaptive"])
+def test_gradient_clipping_on_odd_gradients(clipping_type, threshold, grads) -> None:
+    """No gradients yet (first step, frozen model), zero or huge gradients (whose float32 norm
+    overflows), an empty parameter; thresholds from subnormal to beyond float32. No error;
+    clipped gradients stay finite and within the bound; a zero gradient stays zero; a
+    threshold beyond float32 (inf there) clips nothing, even when the norm overflowed."""
+    model = _model_with_odd_gradients(grads)
     before = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
     limit = THRESHOLDS[threshold]
     norm = F.apply_gradient_clipping(model.parameters(), clipping_type, limit)
@@ -672,10 +686,7 @@ def test_gradient_clipping_on_odd_gradients(clipping_type, threshold, grads) -> 
         if clipping_type == "value":
             assert p.grad.abs().max() <= limit if p.numel() else True
         if clipping_type == "adaptive" and p.numel():
-            rows = p.grad.double().reshape(p.shape[0], -1) if p.ndim > 1 else p.grad.double()[None]
-            w = p.detach().double().reshape(rows.shape)
-            bound = limit * w.norm(dim=1).clamp_min(1e-3)
-            assert (rows.norm(dim=1) <= bound * slack).all()
+            _assert_within_adaptive_bound(p, limit, slack)
     norms = [p.grad.double().norm() for p in model.parameters() if p.grad is not None]
     if clipping_type == "norm" and norms:
         assert torch.stack(norms).norm() <= limit * slack
