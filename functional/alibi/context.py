@@ -8,12 +8,7 @@ from typing import TypeAlias
 from torch import nn
 
 from functional._checks import check_int
-from functional.alibi.huggingface import (
-    _BIAS_ATTR,
-    _HF_NAMES,
-    _check_hf_attention,
-    _register_hf_attention,
-)
+from functional.alibi.huggingface import _bias_attention_interface
 from functional.alibi.modules import AlibiBias, DisabledPositionEmbedding
 
 __all__ = ["AlibiContext", "AlibiConverter"]
@@ -95,25 +90,7 @@ class AlibiContext:
         ``"sdpa"``/``"eager"`` implementation). Modules of the same model without the bias
         (cross-attention) keep plain attention. Returns whether anything changed.
         """
-        base = _check_hf_attention(attention)
-        _register_hf_attention()
-        changed = False
-        existing = attention._modules.get(_BIAS_ATTR)
-        if isinstance(existing, AlibiBias):
-            if existing.num_heads != num_heads:
-                raise ValueError(
-                    f"{type(attention).__qualname__} already has an ALiBi bias for "
-                    f"{existing.num_heads} heads, not {num_heads}"
-                )
-        else:
-            setattr(attention, _BIAS_ATTR, self.bias(num_heads))
-            changed = True
-        target = _HF_NAMES[base]
-        config = attention.config
-        if config._attn_implementation != target:
-            config._attn_implementation = target
-            changed = True
-        return changed
+        return _bias_attention_interface(attention, num_heads, self.bias)
 
 
 AlibiConverter: TypeAlias = Callable[[nn.Module, AlibiContext], bool]

@@ -13,7 +13,8 @@ converted or run (this module imports nothing of it at import time).
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -194,17 +195,42 @@ def _alibi_eager_attention(
     return output, weights
 
 
+def _bias_attention_interface(
+    attention: nn.Module, num_heads: int, bias: Callable[[int], AlibiBias]
+) -> bool:
+    """The body of :meth:`AlibiContext.bias_attention_interface` (``bias`` hands out the shared bias)."""
+    base = _check_hf_attention(attention)
+    _register_hf_attention()
+    changed = False
+    existing = attention._modules.get(_BIAS_ATTR)
+    if isinstance(existing, AlibiBias):
+        if existing.num_heads != num_heads:
+            raise ValueError(
+                f"{type(attention).__qualname__} already has an ALiBi bias for "
+                f"{existing.num_heads} heads, not {num_heads}"
+            )
+    else:
+        setattr(attention, _BIAS_ATTR, bias(num_heads))
+        changed = True
+    target = _HF_NAMES[base]
+    config: Any = attention.config  # a transformers PretrainedConfig (checked above)
+    if config._attn_implementation != target:
+        config._attn_implementation = target
+        changed = True
+    return changed
+
+
 # Built-in converters for transformers GPT-2 and BERT (registered by functional.alibi.registry).
 
 
 def _convert_gpt2_model(model: nn.Module, context: AlibiContext) -> bool:
-    return context.disable_position_embedding(model.wpe)
+    return context.disable_position_embedding(model.get_submodule("wpe"))
 
 
 def _convert_gpt2_attention(attention: nn.Module, context: AlibiContext) -> bool:
     if getattr(attention, "is_cross_attention", False):
         return False  # ALiBi biases self-attention only
-    return context.bias_attention_interface(attention, attention.num_heads)
+    return context.bias_attention_interface(attention, cast(int, attention.num_heads))
 
 
 def _check_gpt2_attention(attention: nn.Module) -> None:
@@ -226,7 +252,7 @@ def _grow_buffer(module: nn.Module, name: str, length: int, arange: bool) -> boo
 
 
 def _convert_bert_embeddings(embeddings: nn.Module, context: AlibiContext) -> bool:
-    changed = context.disable_position_embedding(embeddings.position_embeddings)
+    changed = context.disable_position_embedding(embeddings.get_submodule("position_embeddings"))
     # BertEmbeddings slices these (1, max_position_embeddings) buffers by sequence length.
     changed |= _grow_buffer(embeddings, "position_ids", context.max_sequence_length, True)
     changed |= _grow_buffer(embeddings, "token_type_ids", context.max_sequence_length, False)
@@ -234,4 +260,4 @@ def _convert_bert_embeddings(embeddings: nn.Module, context: AlibiContext) -> bo
 
 
 def _convert_bert_self_attention(attention: nn.Module, context: AlibiContext) -> bool:
-    return context.bias_attention_interface(attention, attention.num_attention_heads)
+    return context.bias_attention_interface(attention, cast(int, attention.num_attention_heads))

@@ -71,6 +71,25 @@ class AlibiBias(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> torch.Tensor:
         key_length = query_length if key_length is None else key_length
+        self._check_lengths(query_length, key_length)
+        name = "causal_bias" if causal else "bias"
+        cached = getattr(self, name)
+        device, dtype = _placement(cached, device, dtype)
+        if torch.compiler.is_compiling():
+            # Filling the cache inside a compiled graph would be a module mutation that dynamo
+            # guards on (the buffer goes from None to a tensor), so the second step would
+            # recompile. Traced, the bias is a few fused elementwise ops on iota: build it in
+            # the graph from the sizes, and leave the eager cache alone.
+            table = _bias_table(self.num_heads, key_length, causal, device, dtype)
+            return table[:, key_length - query_length :] if not causal else table[:, :query_length]
+        if cached is None or _outgrown(cached, key_length, device, dtype):
+            cached = self._build(self._cache_size(cached, key_length), causal, device, dtype)
+            setattr(self, name, cached)
+        if causal:
+            return cached[:, :query_length, :key_length]
+        return cached[:, key_length - query_length : key_length, :key_length]
+
+    def _check_lengths(self, query_length: int, key_length: int) -> None:
         if key_length > self.max_sequence_length:
             raise ValueError(
                 f"sequence length {key_length} exceeds the max_sequence_length="
@@ -79,39 +98,13 @@ class AlibiBias(nn.Module):
             )
         if query_length > key_length:
             raise ValueError(f"query_length ({query_length}) must be <= key_length ({key_length})")
-        name = "causal_bias" if causal else "bias"
-        cached = getattr(self, name)
-        if torch.compiler.is_compiling():
-            # Filling the cache inside a compiled graph would be a module mutation that dynamo
-            # guards on (the buffer goes from None to a tensor), so the second step would
-            # recompile. Traced, the bias is a few fused elementwise ops on iota: build it in
-            # the graph from the sizes, and leave the eager cache alone.
-            if device is None:
-                device = cached.device if cached is not None else torch.device("cpu")
-            if dtype is None:
-                dtype = cached.dtype if cached is not None else torch.float32
-            table = _bias_table(self.num_heads, key_length, causal, torch.device(device), dtype)
-            return table[:, key_length - query_length :] if not causal else table[:, :query_length]
-        if device is None:
-            device = cached.device if cached is not None else torch.device("cpu")
-        device = torch.device(device)
-        if dtype is None:
-            dtype = cached.dtype if cached is not None else torch.float32
-        if (
-            cached is None
-            or cached.shape[-1] < key_length
-            or cached.dtype != dtype
-            or not _same_device(cached, device)
-        ):
-            size = key_length
-            if cached is not None:
-                grow = 2 * cached.shape[-1] if cached.shape[-1] < key_length else cached.shape[-1]
-                size = min(self.max_sequence_length, max(key_length, grow))
-            cached = self._build(size, causal, device, dtype)
-            setattr(self, name, cached)
-        if causal:
-            return cached[:, :query_length, :key_length]
-        return cached[:, key_length - query_length : key_length, :key_length]
+
+    def _cache_size(self, cached: torch.Tensor | None, key_length: int) -> int:
+        """Grow geometrically (capped at ``max_sequence_length``) so long inputs rebuild rarely."""
+        if cached is None:
+            return key_length
+        grow = 2 * cached.shape[-1] if cached.shape[-1] < key_length else cached.shape[-1]
+        return min(self.max_sequence_length, max(key_length, grow))
 
     def _build(
         self, size: int, causal: bool, device: torch.device, dtype: torch.dtype
@@ -119,6 +112,26 @@ class AlibiBias(nn.Module):
         # A cache built under inference_mode must stay usable for training afterwards.
         with torch.inference_mode(False), torch.no_grad():
             return _bias_table(self.num_heads, size, causal, device, dtype)
+
+
+def _placement(
+    cached: torch.Tensor | None, device: torch.device | str | None, dtype: torch.dtype | None
+) -> tuple[torch.device, torch.dtype]:
+    """The requested device and dtype; by default the cache's, else CPU float32."""
+    if device is None:
+        device = cached.device if cached is not None else torch.device("cpu")
+    if dtype is None:
+        dtype = cached.dtype if cached is not None else torch.float32
+    return torch.device(device), dtype
+
+
+def _outgrown(
+    cached: torch.Tensor, key_length: int, device: torch.device, dtype: torch.dtype
+) -> bool:
+    """Whether the cache is too short or on another device or dtype than requested."""
+    return (
+        cached.shape[-1] < key_length or cached.dtype != dtype or not _same_device(cached, device)
+    )
 
 
 def _bias_table(
@@ -194,7 +207,7 @@ class AlibiMultiheadAttention(nn.MultiheadAttention):
 
     alibi_bias: AlibiBias
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         query: torch.Tensor,
         key: torch.Tensor,

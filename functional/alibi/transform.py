@@ -138,16 +138,7 @@ def apply_alibi(
     opts = as_optimizer_list(optimizers)
     _resolve_builtins()
 
-    matches: list[tuple[nn.Module, AlibiConverter]] = []
-    for module in model.modules():
-        converter = _lookup(type(module))
-        if converter is not None:
-            matches.append((module, converter))
-    for module, converter in matches:  # validate everything before changing anything
-        precheck = _PRECHECKS.get(converter)
-        if precheck is not None:
-            precheck(module)
-
+    matches = _converters_for(model)  # validates everything before changing anything
     context = AlibiContext(model, max_sequence_length)
     params_before = list(model.parameters())
     changed = context._limits_changed
@@ -164,27 +155,51 @@ def apply_alibi(
         update_params_in_optimizer(removed, [], opts)
     disable_nested_tensor(model)
 
+    _report(model, context, changed, max_sequence_length)
+    return model
+
+
+def _converters_for(model: nn.Module) -> list[tuple[nn.Module, AlibiConverter]]:
+    """Every module of ``model`` with a registered converter, outermost first, prechecked."""
+    matches: list[tuple[nn.Module, AlibiConverter]] = []
+    for module in model.modules():
+        converter = _lookup(type(module))
+        if converter is not None:
+            matches.append((module, converter))
+    for module, converter in matches:
+        precheck = _PRECHECKS.get(converter)
+        if precheck is not None:
+            precheck(module)
+    return matches
+
+
+def _report(
+    model: nn.Module, context: AlibiContext, changed: bool, max_sequence_length: int
+) -> None:
+    """Warn about skipped modules, an already converted model or one with nothing to convert."""
+    # stacklevel: the warning points at the caller of apply_alibi.
     if context._skipped:
         warnings.warn(
             "apply_alibi left these modules without ALiBi: "
             + "; ".join(sorted(set(context._skipped)))
             + ". Register a converter for them with functional.register_alibi(cls, converter)",
             NoEffectWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    if not changed:
-        if any(isinstance(m, AlibiBias) for m in model.modules()):
-            warnings.warn(
-                "apply_alibi changed nothing: the model already uses ALiBi with "
-                f"max_sequence_length={max_sequence_length}",
-                NoEffectWarning,
-                stacklevel=2,
-            )
-        elif not context._skipped:
-            warn_no_effect(
-                "apply_alibi",
-                "module that ALiBi supports (built in: "
-                + _supported_names()
-                + "); add one with functional.register_alibi(ModuleClass, converter)",
-            )
-    return model
+    if changed:
+        return
+    if any(isinstance(m, AlibiBias) for m in model.modules()):
+        warnings.warn(
+            "apply_alibi changed nothing: the model already uses ALiBi with "
+            f"max_sequence_length={max_sequence_length}",
+            NoEffectWarning,
+            stacklevel=3,
+        )
+    elif not context._skipped:
+        warn_no_effect(
+            "apply_alibi",
+            "module that ALiBi supports (built in: "
+            + _supported_names()
+            + "); add one with functional.register_alibi(ModuleClass, converter)",
+            stacklevel=4,
+        )
