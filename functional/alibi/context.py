@@ -31,8 +31,7 @@ class AlibiContext:
         self.max_sequence_length = max_sequence_length
         self._model = model
         self._biases: dict[int, AlibiBias] = {}
-        self._replacements: dict[int, nn.Module] = {}
-        self._originals: list[nn.Module] = []
+        self._replacements: dict[nn.Module, nn.Module] = {}  # old -> new (modules hash by identity)
         self._skipped: list[str] = []
         self._limits_changed = False
         for module in model.modules():
@@ -64,16 +63,14 @@ class AlibiContext:
             raise ValueError(
                 f"cannot replace the model itself ({type(old).__name__}); convert it in place"
             )
-        if id(old) not in self._replacements:
-            self._originals.append(old)  # keeps id(old) valid until the engine runs
-        self._replacements[id(old)] = new
+        self._replacements[old] = new
 
     def disable_position_embedding(self, embedding: nn.Module) -> bool:
         """Switch off a learned position-embedding table (see :class:`DisabledPositionEmbedding`).
 
         Returns whether anything changed (``False`` for a table already switched off).
         """
-        if isinstance(embedding, DisabledPositionEmbedding) or id(embedding) in self._replacements:
+        if isinstance(embedding, DisabledPositionEmbedding) or embedding in self._replacements:
             return False
         if not isinstance(embedding, nn.Embedding):
             raise TypeError(

@@ -147,7 +147,7 @@ def apply_alibi(
     if context._replacements:
         targets = context._replacements
         replace_module_classes(
-            model, {nn.Module: lambda module, _index: targets.get(id(module))}, optimizers=opts
+            model, {nn.Module: lambda module, _index: targets.get(module)}, optimizers=opts
         )
     remaining = {id(p) for p in model.parameters()}
     removed = [p for p in params_before if id(p) not in remaining]
