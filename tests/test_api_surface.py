@@ -96,6 +96,7 @@ EXTENSIONS = {
         "as_optimizer_list",
         "check_unwrapped",
         "fill_missing_entries",
+        "replace_modules",
     ],
     "functional": [
         "SWA",
