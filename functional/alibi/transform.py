@@ -16,8 +16,7 @@ from surgery import (
     OptimizerArg,
     as_optimizer_list,
     check_unwrapped,
-    replace_module_classes,
-    update_params_in_optimizer,
+    replace_modules,
 )
 
 __all__ = ["apply_alibi"]
@@ -140,19 +139,11 @@ def apply_alibi(
 
     matches = _converters_for(model)  # validates everything before changing anything
     context = AlibiContext(model, max_sequence_length)
-    params_before = list(model.parameters())
     changed = context._limits_changed
     for module, converter in reversed(matches):  # innermost first
         changed |= bool(converter(module, context))
     if context._replacements:
-        targets = context._replacements
-        replace_module_classes(
-            model, {nn.Module: lambda module, _index: targets.get(module)}, optimizers=opts
-        )
-    remaining = {id(p) for p in model.parameters()}
-    removed = [p for p in params_before if id(p) not in remaining]
-    if removed and opts:
-        update_params_in_optimizer(removed, [], opts)
+        replace_modules(model, context._replacements, optimizers=opts)
     disable_nested_tensor(model)
 
     _report(model, context, changed, max_sequence_length)

@@ -584,6 +584,51 @@ def test_registry_validates_and_works_as_decorator():
         fn.unregister_alibi(Sub)
 
 
+class TwoTowers(nn.Module):
+    """A model-specific block whose ``pos`` projection a converter swaps out (shared by two names)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pos = nn.Linear(8, 8)
+        self.pos_again = self.pos
+        self.head = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.head(self.pos(x) + self.pos_again(x))
+
+
+def replace_pos(module, context):
+    if module.pos.bias is None:
+        return False  # already converted
+    context.replace_module(module.pos, nn.Linear(8, 8, bias=False))
+    return True
+
+
+def test_replace_module_keeps_optimizers_consistent_and_replaces_every_alias():
+    model = TwoTowers()
+    old = model.pos
+    opt = torch.optim.Adam(
+        [{"params": model.pos.parameters(), "lr": 0.1}, {"params": model.head.parameters()}]
+    )
+    model(torch.randn(2, 8)).sum().backward()
+    opt.step()
+    fn.register_alibi(TwoTowers, replace_pos)
+    try:
+        fn.apply_alibi(model, 16, optimizers=opt)
+        assert model.pos is model.pos_again and model.pos is not old
+        assert model.pos.bias is None
+        group0 = opt.param_groups[0]["params"]
+        assert len(group0) == 1 and group0[0] is model.pos.weight  # joined old's group
+        assert all(p not in opt.state for p in old.parameters())
+        assert all(p in opt.state for p in model.head.parameters())
+        held = {id(p) for g in opt.param_groups for p in g["params"]}
+        assert held == {id(p) for p in model.parameters()}
+        with pytest.warns(NoEffectWarning, match="changed nothing"):
+            fn.apply_alibi(model, 16, optimizers=opt)
+    finally:
+        fn.unregister_alibi(TwoTowers)
+
+
 def test_no_effect_warning_names_supported_classes_and_how_to_register():
     with pytest.warns(NoEffectWarning) as record:
         fn.apply_alibi(nn.Sequential(nn.Linear(4, 4)), 16)
