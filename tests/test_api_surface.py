@@ -116,6 +116,7 @@ EXTENSIONS = {
         # registries and ALiBi building blocks
         "STOCHASTIC_BLOCKS",
         "register_stochastic_block",
+        "unregister_stochastic_block",
         "register_alibi",
         "unregister_alibi",
         "alibi_registry",
