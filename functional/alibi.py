@@ -42,7 +42,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from functional._checks import accumulation_dtype, check_int, check_module, warn_no_effect
+from functional._args import check_int, check_module
+from functional._numeric import accumulation_dtype
+from functional._policies import warn_no_effect
 from functional._transformer_layers import (
     ModularTransformerEncoderLayer,
     disable_nested_tensor,

@@ -32,18 +32,10 @@ import torch.distributed as dist
 from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
-from functional._checks import (
-    check_bool,
-    check_int,
-    check_module,
-    check_one_of,
-    check_probability,
-    clone_module_as,
-    warn_no_effect,
-)
+from functional._args import check_bool, check_int, check_module, check_one_of, check_probability
+from functional._policies import clone_module_as, warn_no_effect
 from functional._registry import Registry
-from surgery import replace_module_classes
-from surgery._types import OptimizerArg
+from surgery import OptimizerArg, replace_module_classes
 
 __all__ = [
     "STOCHASTIC_BLOCKS",

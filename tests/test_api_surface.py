@@ -97,6 +97,7 @@ EXTENSIONS = {
         "check_unwrapped",
         "fill_missing_entries",
         "replace_modules",
+        "unwrap_model",
     ],
     "functional": [
         "SWA",
