@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from functional._checks import check_in_range, check_int, check_one_of, check_positive
+from functional._args import check_in_range, check_int, check_one_of, check_positive
 
 __all__ = [
     "AUGMIX_MIN_SEVERITY",

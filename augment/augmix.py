@@ -43,7 +43,7 @@ from augment._common import (
     set_repr,
 )
 from augment.primitives import Kernel, augmentation_sets, kernels_of
-from functional._checks import check_int
+from functional._args import check_int
 
 __all__ = ["AugMix", "augment_and_mix"]
 

@@ -77,7 +77,7 @@ from augment._common import (
     from_pil,
     pixels,
 )
-from functional._checks import check_in_range
+from functional._args import check_in_range
 
 __all__ = [
     "augmentation_sets",

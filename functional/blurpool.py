@@ -10,19 +10,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from functional._checks import (
-    cast_result,
+from functional._args import (
     check_bool,
     check_int,
     check_module,
     check_ndim,
     check_pair,
     check_tensor,
-    clone_module_as,
-    int64_range,
-    replace_chosen,
 )
-from surgery._types import OptimizerArg
+from functional._numeric import cast_result, int64_range
+from functional._policies import clone_module_as, replace_chosen
+from surgery import OptimizerArg
 
 __all__ = [
     "BlurConv2d",

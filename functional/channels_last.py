@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from functional._checks import check_module, warn_no_effect
+from functional._args import check_module
+from functional._policies import warn_no_effect
 
 __all__ = ["apply_channels_last"]
 

@@ -10,14 +10,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from functional._checks import (
-    check_generator,
-    check_in_range,
-    check_ndim,
-    gather_rows_cols,
-    random_device,
-    sym_floor,
-)
+from functional._args import check_generator, check_in_range, check_ndim
+from functional._batch import gather_rows_cols, random_device
+from functional._numeric import sym_floor
 
 __all__ = ["colout", "colout_batch"]
 

@@ -11,19 +11,15 @@ from collections.abc import Sequence
 
 import torch
 
-from functional._checks import (
+from functional._args import (
     check_generator,
-    check_indices,
     check_int,
     check_positive,
     check_same_batch,
     check_tensor,
-    check_values,
-    dense_labels,
-    random_device,
-    random_permutation,
-    sample_beta,
 )
+from functional._batch import dense_labels, random_device, random_permutation, sample_beta
+from functional._values import check_indices, check_values
 
 __all__ = ["cutmix_batch"]
 

@@ -10,14 +10,9 @@ import numbers
 
 import torch
 
-from functional._checks import (
-    check_bool,
-    check_generator,
-    check_int,
-    check_ndim,
-    random_device,
-    sym_floor,
-)
+from functional._args import check_bool, check_generator, check_int, check_ndim
+from functional._batch import random_device
+from functional._numeric import sym_floor
 
 __all__ = ["cutout"]
 

@@ -17,12 +17,9 @@ from operator import attrgetter
 import torch
 from torch import nn
 
-from functional._checks import (
-    check_bool,
-    check_in_range,
-    check_probability,
-    check_step_scalar,
-)
+from functional._args import check_bool, check_in_range, check_probability
+from functional._values import check_step_scalar
+from surgery import unwrap_model
 
 try:  # torch.distributed may be missing from some builds
     from torch.distributed.tensor import DTensor
@@ -35,8 +32,7 @@ except ImportError:  # pragma: no cover
 
 __all__ = ["compute_ema", "ema_smoothing", "swap_ema_weights", "use_ema_weights"]
 
-# Wrappers whose inner module holds the weights under their own names.
-_WRAPPER_ATTRIBUTES = (("DistributedDataParallel", "module"), ("OptimizedModule", "_orig_mod"))
+# State-dict key prefixes added by the wrappers that surgery.unwrap_model looks through.
 _PREFIXES = ("module.", "_orig_mod.")
 
 # A time string of the EMA seed: an integer number of batches or epochs ('50ba', '1ep').
@@ -116,19 +112,6 @@ def ema_smoothing(half_life: float | str, update_interval: float | str = 1) -> f
     if half_life == 0.0:
         return 0.0
     return math.exp(-math.log(2.0) * update_interval / half_life)
-
-
-def _unwrap(module: nn.Module) -> nn.Module:
-    """The module inside DistributedDataParallel / torch.compile wrappers."""
-    while True:
-        for class_name, attribute in _WRAPPER_ATTRIBUTES:
-            if type(module).__name__ == class_name and isinstance(
-                getattr(module, attribute, None), nn.Module
-            ):
-                module = getattr(module, attribute)
-                break
-        else:
-            return module
 
 
 _PLAIN = (torch.Tensor, nn.Parameter)
@@ -390,9 +373,9 @@ def _pairs(
     """Check the arguments and pair every tensor of ``model`` with its EMA counterpart."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    model = _unwrap(model)
+    model = unwrap_model(model)
     if isinstance(ema_model, nn.Module):
-        ema_model = _unwrap(ema_model)
+        ema_model = unwrap_model(ema_model)
         pairs = _Pairs(caller, by_storage=False)
         if not _pair_modules(model, ema_model, pairs):
             pairs = _Pairs(caller, by_storage=False)

@@ -16,16 +16,10 @@ import math
 import torch
 from torch import nn
 
-from functional._checks import (
-    accumulation_dtype,
-    check_bool,
-    check_int,
-    check_module,
-    latent_size,
-    replace_chosen,
-    settle_new_parameters,
-)
-from surgery._types import OptimizerArg, as_optimizer_list
+from functional._args import check_bool, check_int, check_module
+from functional._numeric import accumulation_dtype
+from functional._policies import latent_size, replace_chosen, settle_new_parameters
+from surgery import OptimizerArg, as_optimizer_list
 
 __all__ = ["FactorizedConv2d", "FactorizedLinear", "apply_factorization"]
 

@@ -28,13 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from functional._checks import (
-    check_bool,
-    check_generator,
-    check_module,
-    settle_new_parameters,
-    warn_no_effect,
-)
+from functional._args import check_bool, check_generator, check_module
+from functional._policies import settle_new_parameters, warn_no_effect
 from functional._transformer_layers import (
     ModularTransformerEncoderLayer,
     disable_nested_tensor,

@@ -14,9 +14,9 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from functional._checks import check_int, check_module, clone_module_as, warn_no_effect
-from surgery import replace_module_classes
-from surgery._types import OptimizerArg
+from functional._args import check_int, check_module
+from functional._policies import clone_module_as, warn_no_effect
+from surgery import OptimizerArg, replace_module_classes
 
 __all__ = [
     "GhostBatchNorm1d",

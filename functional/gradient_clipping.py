@@ -11,14 +11,9 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from functional._checks import (
-    accumulation_dtype,
-    check_one_of,
-    check_positive,
-    check_step_scalar,
-    foreach_total_norm,
-    group_by_device_and_dtype,
-)
+from functional._args import check_one_of, check_positive
+from functional._numeric import accumulation_dtype, foreach_total_norm, group_by_device_and_dtype
+from functional._values import check_step_scalar
 
 __all__ = ["apply_gradient_clipping"]
 

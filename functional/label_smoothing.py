@@ -8,15 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from functional._checks import (
-    check_class_indices,
-    check_ndim,
-    check_probability,
-    check_tensor,
-    check_values,
-    memory_format_of,
-    scalar_tensor,
-)
+from functional._args import check_ndim, check_probability, check_tensor
+from functional._batch import memory_format_of
+from functional._numeric import scalar_tensor
+from functional._values import check_class_indices, check_values
 
 __all__ = ["smooth_labels"]
 

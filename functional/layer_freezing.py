@@ -5,9 +5,9 @@ from __future__ import annotations
 from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
-from functional._checks import check_in_range, check_int, check_module, warn_no_effect
-from surgery import update_params_in_optimizer
-from surgery._types import OptimizerArg, as_optimizer_list
+from functional._args import check_in_range, check_int, check_module
+from functional._policies import warn_no_effect
+from surgery import OptimizerArg, as_optimizer_list, update_params_in_optimizer
 
 __all__ = ["freeze_layers"]
 

@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from functional._checks import check_module, clone_module_as, warn_no_effect
-from surgery import replace_module_classes
-from surgery._types import OptimizerArg
+from functional._args import check_module
+from functional._policies import clone_module_as, warn_no_effect
+from surgery import OptimizerArg, replace_module_classes
 
 __all__ = [
     "LowPrecisionGroupNorm",

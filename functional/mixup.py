@@ -7,23 +7,17 @@ from __future__ import annotations
 
 import torch
 
-from functional._checks import (
-    cast_result,
+from functional._args import (
     check_generator,
-    check_indices,
     check_int,
     check_positive,
     check_probability,
     check_same_batch,
     check_tensor,
-    check_values,
-    compute_dtype,
-    dense_labels,
-    random_device,
-    random_permutation,
-    sample_beta,
-    scalar_tensor,
 )
+from functional._batch import dense_labels, random_device, random_permutation, sample_beta
+from functional._numeric import cast_result, compute_dtype, scalar_tensor
+from functional._values import check_indices, check_values
 
 __all__ = ["gen_interpolation_lambda", "mixup_batch"]
 

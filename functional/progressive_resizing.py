@@ -9,8 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from functional._checks import (
-    cast_result,
+from functional._args import (
     check_bool,
     check_generator,
     check_in_range,
@@ -18,14 +17,9 @@ from functional._checks import (
     check_one_of,
     check_positive,
     check_same_batch,
-    compute_dtype,
-    gather_rows_cols,
-    int64_range,
-    memory_format_of,
-    random_device,
-    scalar_tensor,
-    sym_floor,
 )
+from functional._batch import gather_rows_cols, memory_format_of, random_device
+from functional._numeric import cast_result, compute_dtype, int64_range, scalar_tensor, sym_floor
 
 __all__ = ["progressive_resizing_scale", "resize_inputs"]
 

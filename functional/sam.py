@@ -14,12 +14,8 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
-from functional._checks import (
-    check_int,
-    check_positive,
-    foreach_total_norm,
-    group_by_device_and_dtype,
-)
+from functional._args import check_int, check_positive
+from functional._numeric import foreach_total_norm, group_by_device_and_dtype
 
 __all__ = ["SAMOptimizer"]
 

@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 from torch.optim import lr_scheduler as lrs
 
-from functional._checks import check_int, check_positive, round_half_up
+from functional._args import check_int, check_positive
+from functional._numeric import round_half_up
 
 __all__ = ["scale_scheduler"]
 

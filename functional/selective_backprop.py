@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.loss import _Loss
 
-from functional._checks import (
+from functional._args import (
     check_generator,
     check_in_range,
     check_int,
@@ -22,9 +22,9 @@ from functional._checks import (
     check_probability,
     check_same_batch,
     check_tensor,
-    random_device,
-    sym_floor,
 )
+from functional._batch import random_device
+from functional._numeric import sym_floor
 
 __all__ = ["select_using_loss", "should_selective_backprop"]
 

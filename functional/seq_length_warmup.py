@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import torch
 
-from functional._checks import check_bool, check_in_range, check_int
+from functional._args import check_bool, check_in_range, check_int
 
 __all__ = ["apply_seq_length_warmup", "seq_length_warmup_length"]
 

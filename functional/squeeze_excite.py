@@ -10,17 +10,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from functional._checks import (
-    check_int,
-    check_module,
+from functional._args import check_int, check_module
+from functional._policies import (
     clone_module_as,
     latent_size,
     settle_new_parameters,
     warn_no_effect,
 )
-from surgery import replace_module_classes
-from surgery._types import OptimizerArg, as_optimizer_list
-from surgery.checkpoint import fill_missing_entries
+from surgery import OptimizerArg, as_optimizer_list, fill_missing_entries, replace_module_classes
 
 __all__ = ["SqueezeExcite2d", "SqueezeExciteConv2d", "apply_se", "apply_squeeze_excite"]
 

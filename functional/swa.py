@@ -15,15 +15,15 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 from torch.optim.swa_utils import SWALR, AveragedModel, update_bn
 
-from functional._checks import (
+from functional._args import (
     check_bool,
     check_in_range,
     check_int,
     check_module,
     check_one_of,
     check_positive,
-    round_half_up,
 )
+from functional._numeric import round_half_up
 
 __all__ = ["SWA"]
 

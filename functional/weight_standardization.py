@@ -9,7 +9,9 @@ import torch.fx
 from torch import nn
 from torch.nn.utils import parametrize
 
-from functional._checks import accumulation_dtype, check_int, check_module, warn_no_effect
+from functional._args import check_int, check_module
+from functional._numeric import accumulation_dtype
+from functional._policies import warn_no_effect
 
 __all__ = ["WeightStandardizer", "apply_weight_standardization"]
 

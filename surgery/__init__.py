@@ -11,12 +11,8 @@ with ``fully_shard`` or compiling it with ``torch.compile``.
 from surgery._types import NoEffectWarning, OptimizerArg, ReplacementFunction, as_optimizer_list
 from surgery.checkpoint import fill_missing_entries, remap_state_dict
 from surgery.optim import update_params_in_optimizer
-from surgery.replace import (
-    check_unwrapped,
-    count_module_instances,
-    replace_module_classes,
-    replace_modules,
-)
+from surgery.replace import count_module_instances, replace_module_classes, replace_modules
+from surgery.wrappers import check_unwrapped, unwrap_model
 
 __all__ = [
     "NoEffectWarning",
@@ -29,5 +25,6 @@ __all__ = [
     "remap_state_dict",
     "replace_module_classes",
     "replace_modules",
+    "unwrap_model",
     "update_params_in_optimizer",
 ]

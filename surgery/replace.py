@@ -19,7 +19,6 @@ Conventions for policy authors (so checkpoints keep loading):
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 
 import torch
@@ -27,6 +26,7 @@ from torch import nn
 
 from surgery._types import OptimizerArg, ReplacementFunction, as_optimizer_list
 from surgery.optim import rebuild_param_groups
+from surgery.wrappers import check_unwrapped
 
 __all__ = ["count_module_instances", "replace_module_classes", "replace_modules"]
 
@@ -41,25 +41,6 @@ _HOOK_DICTS = (
     "_backward_pre_hooks",
     "_backward_hooks",
 )
-
-_WRAPPER_ADVICE = {
-    "DistributedDataParallel": (
-        "a DistributedDataParallel-wrapped model; apply the transform to the bare module "
-        "(ddp_model.module) before wrapping, then wrap it in DistributedDataParallel again"
-    ),
-    "FullyShardedDataParallel": (
-        "a FullyShardedDataParallel-wrapped model; apply the transform to the unwrapped model "
-        "first, then wrap it with FSDP"
-    ),
-    "FSDPModule": (
-        "a model sharded with fully_shard (FSDP2); apply the transform to the unsharded model "
-        "first, then call fully_shard"
-    ),
-    "OptimizedModule": (
-        "a torch.compile-wrapped model; apply the transform to the original module "
-        "(compiled._orig_mod) before calling torch.compile, then compile it again"
-    ),
-}
 
 
 def replace_module_classes(
@@ -213,34 +194,6 @@ def count_module_instances(
                 f"module_class must be an nn.Module subclass or a tuple of them, got {cls!r}"
             )
     return sum(1 for m in model.modules() if isinstance(m, classes))
-
-
-def check_unwrapped(model: nn.Module) -> None:
-    """Raise ``TypeError`` when ``model`` (or a submodule) is wrapped by DDP, FSDP or torch.compile."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    if isinstance(model, torch.jit.ScriptModule):
-        raise TypeError(
-            "model surgery cannot operate on a TorchScript module (torch.jit.script or "
-            "torch.jit.trace); apply the transform to the Python module before scripting"
-        )
-    for module in model.modules():
-        wrapper = _wrapper_kind(type(module))
-        if wrapper is not None:
-            raise TypeError(f"model surgery cannot operate on {_WRAPPER_ADVICE[wrapper]}")
-        if getattr(module, "_compiled_call_impl", None) is not None:
-            raise TypeError(
-                "model surgery cannot operate on a module compiled in place with "
-                "module.compile(); apply the transform before compiling"
-            )
-
-
-@functools.cache
-def _wrapper_kind(cls: type) -> str | None:
-    for base in cls.__mro__:
-        if base.__name__ in _WRAPPER_ADVICE and base.__module__.startswith("torch."):
-            return base.__name__
-    return None
 
 
 def _check_policies(

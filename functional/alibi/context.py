@@ -7,7 +7,7 @@ from typing import TypeAlias
 
 from torch import nn
 
-from functional._checks import check_int
+from functional._args import check_int
 from functional.alibi.huggingface import _bias_attention_interface
 from functional.alibi.modules import AlibiBias, DisabledPositionEmbedding
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from functional._checks import check_int
+from functional._args import check_int
 from functional.alibi.ops import alibi_bias, alibi_slopes
 
 __all__ = ["AlibiBias", "AlibiMultiheadAttention", "DisabledPositionEmbedding"]

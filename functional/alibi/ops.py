@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from functional._checks import accumulation_dtype, check_int
+from functional._args import check_int
+from functional._numeric import accumulation_dtype
 
 __all__ = ["alibi_bias", "alibi_slopes"]
 

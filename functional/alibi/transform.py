@@ -6,7 +6,8 @@ import warnings
 
 from torch import nn
 
-from functional._checks import check_int, check_module, warn_no_effect
+from functional._args import check_int, check_module
+from functional._policies import warn_no_effect
 from functional._transformer_layers import disable_nested_tensor
 from functional.alibi.context import AlibiContext, AlibiConverter
 from functional.alibi.modules import AlibiBias

@@ -10,7 +10,7 @@ import torch
 from torch.optim import lr_scheduler as lrs
 
 from functional import scale_scheduler
-from functional._checks import round_half_up
+from functional._numeric import round_half_up
 
 
 def optimizer(momentum: float = 0.9) -> torch.optim.Optimizer:

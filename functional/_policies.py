@@ -1,0 +1,170 @@
+"""Helpers of the model transforms (the ``apply_*`` functions) and their replacement policies.
+
+A layer cloned as the subclass that replaces it (:func:`clone_module_as`), a layer width given
+as a size or a fraction (:func:`latent_size`), the policies a transform's switches turn on run
+in one surgery pass (:func:`replace_chosen`), the rule for the parameters a transform creates
+(:func:`settle_new_parameters`), and the :class:`surgery.NoEffectWarning` of a transform that
+matched nothing (:func:`warn_no_effect`). :mod:`surgery` is used through its public names only.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from surgery import (
+    NoEffectWarning,
+    OptimizerArg,
+    ReplacementFunction,
+    replace_module_classes,
+    update_params_in_optimizer,
+)
+
+__all__ = [
+    "clone_module_as",
+    "latent_size",
+    "replace_chosen",
+    "settle_new_parameters",
+    "warn_no_effect",
+]
+
+
+def warn_no_effect(transform: str, looked_for: str, *, stacklevel: int = 3) -> None:
+    """Emit :class:`surgery.NoEffectWarning` for a transform that matched nothing."""
+    warnings.warn(
+        f"{transform} changed nothing: the model has no {looked_for}",
+        NoEffectWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def clone_module_as(module: nn.Module, cls: type[nn.Module]) -> nn.Module:
+    """A new instance of ``cls`` that shares ``module``'s parameters, buffers and submodules.
+
+    The building block of the replacement policies that subclass the layer they replace
+    (``BlurConv2d(nn.Conv2d)``, ``GhostBatchNorm2d(nn.BatchNorm2d)``, ...): nothing is
+    re-initialised or copied, so the very same ``Parameter`` objects (and with them the
+    optimizer state) and the state_dict keys survive, and so do the layer's plain attributes
+    (``stride``, ``eps``, ``padding_mode``, ...). Dictionaries and sets of the module's
+    internals are copied shallowly, so registering a new tensor or submodule on the clone leaves
+    ``module`` untouched. ``cls`` is normally a subclass of ``type(module)`` that only adds
+    state; the caller sets that extra state on the clone.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise TypeError(f"cls must be an nn.Module subclass, got {cls!r}")
+    clone = cls.__new__(cls)
+    state = {}
+    for key, value in module.__dict__.items():
+        state[key] = value.copy() if isinstance(value, (dict, set)) else value
+    clone.__dict__.update(state)
+    return clone
+
+
+def latent_size(value: object, name: str, reference: int) -> int:
+    """A layer width given as an int ``>= 1``, or as a fraction in (0, 1) of ``reference``
+    (rounded down, at least 1)."""
+    rule = "an int >= 1 or a float in (0, 1)"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {rule}, got {type(value).__name__}")
+    number = float(value)  # a Real as the float it stands for (exact for Python floats)
+    if 0 < number < 1:
+        return max(1, int(number * reference))
+    if number >= 1 and number.is_integer():
+        return int(value) if isinstance(value, numbers.Integral) else int(number)
+    raise ValueError(f"{name} must be {rule}, got {value}")
+
+
+def replace_chosen(
+    model: nn.Module,
+    transform: str,
+    choices: Sequence[tuple[bool, type[nn.Module], ReplacementFunction, str]],
+    optimizers: OptimizerArg,
+    *,
+    none_chosen: str,
+    qualifier: str = "",
+) -> dict[nn.Module, nn.Module]:
+    """Run the policies a transform's switches turned on; warn when nothing was replaced.
+
+    ``choices`` holds ``(switch, layer class, policy, what it looks for)``; the policies of the
+    switched-on choices run on exact instances of their classes. When nothing is replaced the
+    :class:`surgery.NoEffectWarning` names what the switched-on choices look for, joined by
+    "or" and followed by ``qualifier``, or says ``none_chosen`` when every switch is off.
+    Returns ``replace_module_classes``'s mapping of old to new modules.
+    """
+    policies = {cls: policy for on, cls, policy, _ in choices if on}
+    replaced = replace_module_classes(model, policies, optimizers=optimizers, exact_type=True)
+    if not replaced:
+        looked_for = [what for on, _, _, what in choices if on]
+        warn_no_effect(
+            transform,
+            " or ".join(looked_for) + qualifier if looked_for else none_chosen,
+            stacklevel=4,
+        )
+    return replaced
+
+
+def settle_new_parameters(
+    names: dict[int, str],
+    replaced: dict[nn.Module, nn.Module],
+    optimizers: Sequence[torch.optim.Optimizer],
+    transform: str,
+    *,
+    new_function: bool,
+) -> None:
+    """Apply the rule for parameters a transform created (see each ``apply_*``'s docstring).
+
+    ``replaced`` maps each replaced module to its replacement; ``names`` maps ``id(module)`` to
+    its name in the model (taken before surgery). A replacement's parameters that the replaced
+    module did not hold are *new*. Each new parameter inherits the frozen state of the replaced
+    module's ``weight``: the new parameters of a frozen layer get ``requires_grad=False`` and
+    leave every optimizer (the surgery engine added them to the group of a parameter the
+    optimizer held, such as a trainable bias). Then a ``UserWarning`` names
+
+    - with ``new_function`` (the new parameters start at a random value, so the layer computes
+      something new): the frozen layers, whose new parameters stay at that random value;
+    - when ``optimizers`` were passed: the trainable layers whose new parameters joined none of
+      them (the optimizers held none of the layer's parameters), so nothing would train them.
+
+    Both warnings say how to train the new parameters instead.
+    """
+    frozen: list[str] = []
+    orphans: list[str] = []
+    held = {id(p) for opt in optimizers for g in opt.param_groups for p in g["params"]}
+    for old, new in replaced.items():
+        old_ids = {id(p) for p in old.parameters()}
+        added = [p for p in new.parameters() if id(p) not in old_ids]
+        if not added:
+            continue
+        weight = getattr(old, "weight", None)
+        trainable = weight.requires_grad if isinstance(weight, torch.Tensor) else True
+        name = names.get(id(old), type(old).__name__)
+        if not trainable:
+            for p in added:
+                p.requires_grad_(False)
+            if held.intersection(id(p) for p in added):
+                update_params_in_optimizer(added, [], list(optimizers))
+            frozen.append(name)
+        elif optimizers and not held.intersection(id(p) for p in added):
+            orphans.append(name)
+    if frozen and new_function:
+        warnings.warn(
+            f"{transform}: these layers are frozen (weight.requires_grad=False), so their new "
+            f"parameters are frozen too and keep their random initial values: "
+            f"{', '.join(frozen)}; to train them, call requires_grad_(True) on the new "
+            "parameters and add them to an optimizer (opt.add_param_group({'params': ...}))",
+            UserWarning,
+            stacklevel=3,
+        )
+    if orphans:
+        warnings.warn(
+            f"{transform}: no optimizer passed holds these layers, so their new trainable "
+            f"parameters joined none and would never be updated: {', '.join(orphans)}; add "
+            "them to an optimizer (opt.add_param_group) or pass the optimizer that trains "
+            "these layers",
+            UserWarning,
+            stacklevel=3,
+        )
