@@ -7,12 +7,12 @@ importing this package never imports transformers.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch import nn
 
+from functional._registry import Registry
 from functional.alibi.context import AlibiConverter
 from functional.alibi.huggingface import (
     _check_gpt2_attention,
@@ -26,26 +26,11 @@ from functional.alibi.torch_layers import _convert_encoder_layer, _convert_multi
 
 __all__ = ["alibi_registry", "register_alibi", "unregister_alibi"]
 
-_REGISTRY: dict[type[nn.Module], AlibiConverter] = {}
-# Built-ins for transformers classes, resolved once their modeling module has been imported.
-_LAZY_BUILTINS: dict[tuple[str, str], AlibiConverter] = {}
-_REMOVED_BUILTINS: set[tuple[str, str]] = set()
-_RESOLVED_BUILTINS: set[tuple[str, str]] = set()
-_PRECHECKS: dict[AlibiConverter, Callable[[nn.Module], object]] = {}
-
-
-def _resolve_builtins() -> None:
-    for (module_name, class_name), converter in _LAZY_BUILTINS.items():
-        key = (module_name, class_name)
-        if key in _RESOLVED_BUILTINS or key in _REMOVED_BUILTINS:
-            continue
-        module = sys.modules.get(module_name)
-        if module is None:
-            continue
-        _RESOLVED_BUILTINS.add(key)
-        cls = getattr(module, class_name, None)
-        if isinstance(cls, type) and issubclass(cls, nn.Module):
-            _REGISTRY.setdefault(cls, converter)
+# The extension point: class -> converter. Built-ins for transformers classes are lazy entries,
+# resolved once their modeling module has been imported (this never imports transformers).
+_CONVERTERS: Registry[type[nn.Module], AlibiConverter] = Registry("ALiBi converter")
+# Checks run on every matched module before any converter changes anything (built-ins only).
+_PRECHECKS: Registry[AlibiConverter, Callable[[nn.Module], object]] = Registry("ALiBi precheck")
 
 
 def register_alibi(
@@ -117,14 +102,7 @@ def register_alibi(
             raise TypeError(
                 f"converter must be callable as converter(module, context), got {type(fn).__name__}"
             )
-        _resolve_builtins()
-        if module_class in _REGISTRY and not replace:
-            raise ValueError(
-                f"{module_class.__qualname__} already has an ALiBi converter; pass replace=True "
-                "to replace it"
-            )
-        _REGISTRY[module_class] = fn
-        return fn
+        return _CONVERTERS.register(module_class, fn, replace=replace)
 
     if converter is None:
         return add
@@ -144,14 +122,7 @@ def unregister_alibi(module_class: type[nn.Module]) -> None:
         >>> nn.Identity in alibi_registry()
         False
     """
-    _resolve_builtins()
-    if module_class not in _REGISTRY:
-        name = getattr(module_class, "__qualname__", repr(module_class))
-        raise KeyError(f"no ALiBi converter is registered for {name}")
-    converter = _REGISTRY.pop(module_class)
-    for key, builtin in _LAZY_BUILTINS.items():
-        if builtin is converter and key[1] == module_class.__name__:
-            _REMOVED_BUILTINS.add(key)
+    _CONVERTERS.unregister(module_class)
 
 
 def alibi_registry() -> dict[type[nn.Module], AlibiConverter]:
@@ -163,39 +134,38 @@ def alibi_registry() -> dict[type[nn.Module], AlibiConverter]:
         >>> nn.TransformerEncoderLayer in alibi_registry()
         True
     """
-    _resolve_builtins()
-    return dict(_REGISTRY)
+    return _CONVERTERS.snapshot()
 
 
-def _lookup(cls: type) -> AlibiConverter | None:
+def _lookup(
+    converters: Mapping[type[nn.Module], AlibiConverter], cls: type
+) -> AlibiConverter | None:
+    """The converter of the most specific registered class in ``cls``'s MRO."""
     for klass in cls.__mro__:
-        converter = _REGISTRY.get(klass)
+        converter = converters.get(klass)
         if converter is not None:
             return converter
     return None
 
 
 def _supported_names() -> str:
+    registered = _CONVERTERS.snapshot()
     names = ["transformers GPT-2 (GPT2Model, GPT2Attention)"]
     names.append("transformers BERT (BertEmbeddings, BertSelfAttention)")
     names += ["torch.nn.TransformerEncoderLayer", "torch.nn.MultiheadAttention"]
     builtin_classes = {nn.TransformerEncoderLayer, nn.MultiheadAttention}
-    builtin_classes |= {cls for cls in _REGISTRY if cls.__module__.startswith("transformers.")}
-    names += [cls.__qualname__ for cls in _REGISTRY if cls not in builtin_classes]
+    builtin_classes |= {cls for cls in registered if cls.__module__.startswith("transformers.")}
+    names += [cls.__qualname__ for cls in registered if cls not in builtin_classes]
     return ", ".join(names)
 
 
-_REGISTRY[nn.TransformerEncoderLayer] = _convert_encoder_layer
-_REGISTRY[nn.MultiheadAttention] = _convert_multihead_attention
-_LAZY_BUILTINS[("transformers.models.gpt2.modeling_gpt2", "GPT2Model")] = _convert_gpt2_model
-_LAZY_BUILTINS[("transformers.models.gpt2.modeling_gpt2", "GPT2Attention")] = (
-    _convert_gpt2_attention
-)
-_LAZY_BUILTINS[("transformers.models.bert.modeling_bert", "BertEmbeddings")] = (
-    _convert_bert_embeddings
-)
-_LAZY_BUILTINS[("transformers.models.bert.modeling_bert", "BertSelfAttention")] = (
-    _convert_bert_self_attention
-)
-_PRECHECKS[_convert_gpt2_attention] = _check_gpt2_attention
-_PRECHECKS[_convert_bert_self_attention] = _check_hf_attention
+_CONVERTERS.register(nn.TransformerEncoderLayer, _convert_encoder_layer)
+_CONVERTERS.register(nn.MultiheadAttention, _convert_multihead_attention)
+_GPT2 = "transformers.models.gpt2.modeling_gpt2"
+_BERT = "transformers.models.bert.modeling_bert"
+_CONVERTERS.register_lazy(_GPT2, "GPT2Model", _convert_gpt2_model)
+_CONVERTERS.register_lazy(_GPT2, "GPT2Attention", _convert_gpt2_attention)
+_CONVERTERS.register_lazy(_BERT, "BertEmbeddings", _convert_bert_embeddings)
+_CONVERTERS.register_lazy(_BERT, "BertSelfAttention", _convert_bert_self_attention)
+_PRECHECKS.register(_convert_gpt2_attention, _check_gpt2_attention)
+_PRECHECKS.register(_convert_bert_self_attention, _check_hf_attention)

@@ -11,7 +11,7 @@ from functional._policies import warn_no_effect
 from functional._transformer_layers import disable_nested_tensor
 from functional.alibi.context import AlibiContext, AlibiConverter
 from functional.alibi.modules import AlibiBias
-from functional.alibi.registry import _PRECHECKS, _lookup, _resolve_builtins, _supported_names
+from functional.alibi.registry import _CONVERTERS, _PRECHECKS, _lookup, _supported_names
 from surgery import (
     NoEffectWarning,
     OptimizerArg,
@@ -136,7 +136,6 @@ def apply_alibi(
     check_unwrapped(model)
     max_sequence_length = check_int(max_sequence_length, "max_sequence_length", minimum=1)
     opts = as_optimizer_list(optimizers)
-    _resolve_builtins()
 
     matches = _converters_for(model)  # validates everything before changing anything
     context = AlibiContext(model, max_sequence_length)
@@ -153,13 +152,14 @@ def apply_alibi(
 
 def _converters_for(model: nn.Module) -> list[tuple[nn.Module, AlibiConverter]]:
     """Every module of ``model`` with a registered converter, outermost first, prechecked."""
+    converters = _CONVERTERS.snapshot()
     matches: list[tuple[nn.Module, AlibiConverter]] = []
     for module in model.modules():
-        converter = _lookup(type(module))
+        converter = _lookup(converters, type(module))
         if converter is not None:
             matches.append((module, converter))
     for module, converter in matches:
-        precheck = _PRECHECKS.get(converter)
+        precheck = _PRECHECKS.lookup(converter)
         if precheck is not None:
             precheck(module)
     return matches

@@ -584,6 +584,22 @@ def test_registry_validates_and_works_as_decorator():
         fn.unregister_alibi(Sub)
 
 
+def test_a_builtin_converter_unregistered_stays_unregistered_until_registered_again():
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
+
+    builtin = fn.alibi_registry()[GPT2Attention]  # resolved: its module is imported
+    fn.unregister_alibi(GPT2Attention)
+    try:
+        assert GPT2Attention not in fn.alibi_registry()  # not resolved again
+        model = fn.apply_alibi(gpt2(), 64)
+        assert isinstance(model.transformer.wpe, DisabledPositionEmbedding)
+        assert not hasattr(model.transformer.h[0].attn, "alibi_bias")
+    finally:
+        fn.register_alibi(GPT2Attention, builtin)
+    model = fn.apply_alibi(gpt2(), 64)
+    assert isinstance(model.transformer.h[0].attn.alibi_bias, AlibiBias)
+
+
 class TwoTowers(nn.Module):
     """A model-specific block whose ``pos`` projection a converter swaps out (shared by two names)."""
 
