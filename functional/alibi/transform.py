@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import warnings
-
 from torch import nn
 
 from functional._args import check_int, check_module
-from functional._policies import warn_no_effect
+from functional._policies import NoEffectReport
 from functional._transformer_layers import disable_nested_tensor
 from functional.alibi.context import AlibiContext, AlibiConverter
 from functional.alibi.modules import AlibiBias
 from functional.alibi.registry import _CONVERTERS, _PRECHECKS, _lookup, _supported_names
 from surgery import (
-    NoEffectWarning,
     OptimizerArg,
     as_optimizer_list,
     check_unwrapped,
@@ -21,6 +18,18 @@ from surgery import (
 )
 
 __all__ = ["apply_alibi"]
+
+_REPORT = NoEffectReport(
+    "apply_alibi",
+    lambda: (
+        "module that ALiBi supports (built in: "
+        + _supported_names()
+        + "); add one with functional.register_alibi(ModuleClass, converter)"
+    ),
+    skipped="left these modules without ALiBi: {names}. Register a converter for them with "
+    "functional.register_alibi(cls, converter)",
+    separator="; ",
+)
 
 
 def apply_alibi(
@@ -146,7 +155,10 @@ def apply_alibi(
         replace_modules(model, context._replacements, optimizers=opts)
     disable_nested_tensor(model)
 
-    _report(model, context, changed, max_sequence_length)
+    already = None
+    if not changed and any(isinstance(m, AlibiBias) for m in model.modules()):
+        already = f"the model already uses ALiBi with max_sequence_length={max_sequence_length}"
+    _REPORT.warn(changed=changed, skipped=context._skipped, already=already)
     return model
 
 
@@ -163,35 +175,3 @@ def _converters_for(model: nn.Module) -> list[tuple[nn.Module, AlibiConverter]]:
         if precheck is not None:
             precheck(module)
     return matches
-
-
-def _report(
-    model: nn.Module, context: AlibiContext, changed: bool, max_sequence_length: int
-) -> None:
-    """Warn about skipped modules, an already converted model or one with nothing to convert."""
-    # stacklevel: the warning points at the caller of apply_alibi.
-    if context._skipped:
-        warnings.warn(
-            "apply_alibi left these modules without ALiBi: "
-            + "; ".join(sorted(set(context._skipped)))
-            + ". Register a converter for them with functional.register_alibi(cls, converter)",
-            NoEffectWarning,
-            stacklevel=3,
-        )
-    if changed:
-        return
-    if any(isinstance(m, AlibiBias) for m in model.modules()):
-        warnings.warn(
-            "apply_alibi changed nothing: the model already uses ALiBi with "
-            f"max_sequence_length={max_sequence_length}",
-            NoEffectWarning,
-            stacklevel=3,
-        )
-    elif not context._skipped:
-        warn_no_effect(
-            "apply_alibi",
-            "module that ALiBi supports (built in: "
-            + _supported_names()
-            + "); add one with functional.register_alibi(ModuleClass, converter)",
-            stacklevel=4,
-        )
