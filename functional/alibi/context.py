@@ -51,8 +51,11 @@ class AlibiContext:
     def replace_module(self, old: nn.Module, new: nn.Module) -> None:
         """Install ``new`` wherever ``old`` sits, through the surgery engine, once all converters ran.
 
-        Parameters of ``old`` that ``new`` does not hold leave the optimizers with their state;
-        new parameters join the param group of ``old``'s.
+        All replacements of one :func:`apply_alibi` call go through one
+        :func:`surgery.replace_modules` call: ``old`` is replaced in every parent that holds it,
+        parameters of ``old`` that ``new`` does not hold leave the optimizers with their state,
+        and new parameters join the param group of ``old``'s. ``old`` must be a submodule of the
+        model (``apply_alibi`` raises ``ValueError`` otherwise).
         """
         if not isinstance(old, nn.Module) or not isinstance(new, nn.Module):
             raise TypeError(

@@ -645,6 +645,20 @@ def test_replace_module_keeps_optimizers_consistent_and_replaces_every_alias():
         fn.unregister_alibi(TwoTowers)
 
 
+def test_replace_module_of_a_module_outside_the_model_is_refused():
+    def replace_stranger(module, context):
+        context.replace_module(nn.Linear(8, 8), nn.Identity())
+        return True
+
+    model = TwoTowers()
+    fn.register_alibi(TwoTowers, replace_stranger)
+    try:
+        with pytest.raises(ValueError, match="not a submodule of model"):
+            fn.apply_alibi(model, 16)
+    finally:
+        fn.unregister_alibi(TwoTowers)
+
+
 def test_no_effect_warning_names_supported_classes_and_how_to_register():
     with pytest.warns(NoEffectWarning) as record:
         fn.apply_alibi(nn.Sequential(nn.Linear(4, 4)), 16)
