@@ -68,6 +68,7 @@ from functional.stochastic_depth import (
     register_stochastic_block,
     set_stochastic_depth_drop_rate,
     stochastic_depth_drop_rate,
+    unregister_stochastic_block,
 )
 from functional.swa import SWA
 from functional.weight_standardization import WeightStandardizer, apply_weight_standardization
@@ -138,5 +139,6 @@ __all__: list[str] = [
     "stochastic_depth_drop_rate",
     "swap_ema_weights",
     "unregister_alibi",
+    "unregister_stochastic_block",
     "use_ema_weights",
 ]

@@ -4,14 +4,15 @@ A layer cloned as the subclass that replaces it (:func:`clone_module_as`), a lay
 as a size or a fraction (:func:`latent_size`), the policies a transform's switches turn on run
 in one surgery pass (:func:`replace_chosen`), the rule for the parameters a transform creates
 (:func:`settle_new_parameters`), and the :class:`surgery.NoEffectWarning` of a transform that
-matched nothing (:func:`warn_no_effect`). :mod:`surgery` is used through its public names only.
+matched nothing (:func:`warn_no_effect`) or left something undone (:class:`NoEffectReport`). :mod:`surgery` is used through its public names only.
 """
 
 from __future__ import annotations
 
 import numbers
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -25,6 +26,7 @@ from surgery import (
 )
 
 __all__ = [
+    "NoEffectReport",
     "clone_module_as",
     "latent_size",
     "replace_chosen",
@@ -40,6 +42,71 @@ def warn_no_effect(transform: str, looked_for: str, *, stacklevel: int = 3) -> N
         NoEffectWarning,
         stacklevel=stacklevel,
     )
+
+
+@dataclass(frozen=True)
+class NoEffectReport:
+    """How a model transform words the :class:`surgery.NoEffectWarning` it owes; declared once
+    per transform, :meth:`warn` is called once per run with what the run found.
+
+    Attributes:
+        transform: the transform's name, which starts every message.
+        looked_for: what the transform converts, for :func:`warn_no_effect` ("... the model has
+            no {looked_for}"); a callable is called only when that warning is due.
+        skipped: the message for modules it recognised but left as they were, after the
+            transform's name; ``{names}`` stands for their sorted, distinct names.
+        separator: joins the skipped names.
+
+    Example:
+        >>> report = NoEffectReport(
+        ...     "apply_x", "nn.Linear", skipped="left these layers unchanged: {names}"
+        ... )
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     report.warn(changed=False, skipped=["B", "A", "B"])
+        >>> [str(w.message) for w in caught]
+        ['apply_x left these layers unchanged: A, B']
+    """
+
+    transform: str
+    looked_for: str | Callable[[], str]
+    skipped: str
+    separator: str = ", "
+
+    def warn(
+        self,
+        *,
+        changed: bool,
+        skipped: Iterable[str] = (),
+        already: str | None = None,
+        stacklevel: int = 3,
+    ) -> None:
+        """Warn about one run, in a fixed order.
+
+        1. Modules the run ``skipped`` (recognised, left alone), whether or not it changed
+           anything else.
+        2. When nothing ``changed``: ``"{transform} changed nothing: {already}"`` when the run
+           found modules it had converted before (``already``, else ``None``); otherwise, if
+           nothing was skipped either, :func:`warn_no_effect` with ``looked_for``.
+
+        ``stacklevel`` counts as for ``warnings.warn`` from the caller of this method: the
+        default 3 points at the code that called the transform calling it.
+        """
+        names = sorted(set(skipped))
+        if names:
+            message = self.skipped.format(names=self.separator.join(names))
+            warnings.warn(f"{self.transform} {message}", NoEffectWarning, stacklevel=stacklevel)
+        if changed:
+            return
+        if already is not None:
+            warnings.warn(
+                f"{self.transform} changed nothing: {already}",
+                NoEffectWarning,
+                stacklevel=stacklevel,
+            )
+        elif not names:
+            looked_for = self.looked_for if isinstance(self.looked_for, str) else self.looked_for()
+            warn_no_effect(self.transform, looked_for, stacklevel=stacklevel + 1)
 
 
 def clone_module_as(module: nn.Module, cls: type[nn.Module]) -> nn.Module:

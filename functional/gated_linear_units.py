@@ -21,34 +21,38 @@ from __future__ import annotations
 
 import math
 import sys
-import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import cast
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.nn import functional as nnf
 
 from functional._args import check_bool, check_generator, check_module
-from functional._policies import settle_new_parameters, warn_no_effect
+from functional._policies import NoEffectReport, settle_new_parameters
 from functional._transformer_layers import (
     ModularTransformerEncoderLayer,
     disable_nested_tensor,
     make_modular,
 )
-from surgery import NoEffectWarning, replace_module_classes
-from surgery._types import OptimizerArg, as_optimizer_list
-from surgery.checkpoint import fill_missing_entries
-from surgery.replace import check_unwrapped
+from surgery import (
+    OptimizerArg,
+    as_optimizer_list,
+    check_unwrapped,
+    fill_missing_entries,
+    replace_modules,
+)
 
 __all__ = ["GatedLinear", "apply_gated_linear_units"]
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
 
 _ACTIVATIONS: dict[str, Activation] = {
-    "gelu": F.gelu,
-    "relu": F.relu,
-    "silu": F.silu,
-    "swish": F.silu,
+    "gelu": nnf.gelu,
+    "relu": nnf.relu,
+    "silu": nnf.silu,
+    "swish": nnf.silu,
     "sigmoid": torch.sigmoid,
     "tanh": torch.tanh,
 }
@@ -78,7 +82,7 @@ class GatedLinear(nn.Linear):
         an ``nn.Linear``'s would be. Outside autocast everything runs in the weights' dtype.
 
     Example:
-        >>> layer = GatedLinear.from_linear(nn.Linear(4, 8), F.gelu)
+        >>> layer = GatedLinear.from_linear(nn.Linear(4, 8), nn.functional.gelu)
         >>> layer(torch.randn(2, 4)).shape
         torch.Size([2, 8])
     """
@@ -90,7 +94,7 @@ class GatedLinear(nn.Linear):
         bias: bool = True,
         *,
         gate_bias: bool = False,
-        activation: Activation = F.gelu,
+        activation: Activation = nnf.gelu,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -153,7 +157,7 @@ class GatedLinear(nn.Linear):
         return new
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return self.activation(self.gate(input)) * F.linear(input, self.weight, self.bias)
+        return self.activation(self.gate(input)) * nnf.linear(input, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         name = getattr(self.activation, "__name__", type(self.activation).__name__)
@@ -181,7 +185,7 @@ def _resolve_activation(act_fn: object) -> Activation | None:
         return _ACTIVATIONS[act_fn]
     if not callable(act_fn):
         raise TypeError(f"act_fn must be a callable, a name or None, got {type(act_fn).__name__}")
-    return act_fn  # type: ignore[return-value]
+    return cast(Activation, act_fn)
 
 
 def apply_gated_linear_units(
@@ -261,75 +265,90 @@ def apply_gated_linear_units(
     check_bool(non_gated_layer_bias, "non_gated_layer_bias", allow_none=True)
     check_generator(generator)
 
+    found = _find_blocks(model)
+    if found.blocks:
+        names = {id(m): name for name, m in model.named_modules()}
+        gates: dict[nn.Module, nn.Module] = {
+            linear: GatedLinear.from_linear(
+                linear,
+                activation if activation is not None else blocks[0].activation(),
+                gate_bias=gated_layer_bias,
+                value_bias=non_gated_layer_bias,
+                generator=generator,
+            )
+            for linear, blocks in found.blocks.items()
+        }
+        replaced = replace_modules(model, gates, optimizers=opts)
+        settle_new_parameters(names, replaced, opts, "apply_gated_linear_units", new_function=True)
+        _move_activations_to_gates(model, found)
+    _REPORT.warn(
+        changed=bool(found.blocks),
+        skipped=found.skipped,
+        already="every feed-forward block it supports is already gated" if found.already else None,
+    )
+    return model
+
+
+_REPORT = NoEffectReport(
+    "apply_gated_linear_units",
+    looked_for="feed-forward block it supports (transformers BertIntermediate, as in BertModel "
+    "and BertFor*; torch.nn.TransformerEncoderLayer)",
+    skipped="left these layers unchanged: {names} (subclasses of nn.TransformerEncoderLayer "
+    "with their own behaviour)",
+)
+
+
+@dataclass(frozen=True)
+class _Block:
+    """A feed-forward block to gate: ``linear`` is its first projection and ``attribute`` names
+    its activation (which moves onto the gate)."""
+
+    module: nn.Module
+    linear: nn.Linear
+    attribute: str
+
+    def activation(self) -> Activation:
+        return cast(Activation, getattr(self.module, self.attribute))
+
+
+@dataclass
+class _Found:
+    """What :func:`_find_blocks` found: the projections to gate, each with the blocks that use
+    it (a projection shared by several blocks is gated once); the blocks already gated; the
+    layers left alone."""
+
+    blocks: dict[nn.Linear, list[_Block]] = field(default_factory=dict)
+    already: bool = False
+    skipped: list[str] = field(default_factory=list)
+
+
+def _find_blocks(model: nn.Module) -> _Found:
     bert_intermediate = _bert_intermediate_class()
-    targets: dict[int, nn.Module] = {}
-    originals: list[nn.Module] = []
-    slots: list[tuple[nn.Module, str]] = []  # (block, activation attribute) to clear
-    layers: list[nn.TransformerEncoderLayer] = []
-    already = 0
-    skipped: list[str] = []
-
-    def gate(linear: nn.Linear, own_activation: Activation) -> None:
-        targets[id(linear)] = GatedLinear.from_linear(
-            linear,
-            activation if activation is not None else own_activation,
-            gate_bias=gated_layer_bias,
-            value_bias=non_gated_layer_bias,
-            generator=generator,
-        )
-        originals.append(linear)
-
+    found = _Found()
     for module in model.modules():
         if bert_intermediate is not None and isinstance(module, bert_intermediate):
-            if isinstance(module.dense, GatedLinear):
-                already += 1
-            elif id(module.dense) not in targets:
-                gate(module.dense, module.intermediate_act_fn)
-                slots.append((module, "intermediate_act_fn"))
-        elif isinstance(module, nn.TransformerEncoderLayer):
-            if type(module) not in (nn.TransformerEncoderLayer, ModularTransformerEncoderLayer):
-                skipped.append(type(module).__qualname__)
-            elif isinstance(module.linear1, GatedLinear):
-                already += 1
-            elif id(module.linear1) not in targets:
-                gate(module.linear1, module.activation)
-                slots.append((module, "activation"))
-                layers.append(module)
+            dense = cast(nn.Linear, module.dense)  # BertIntermediate's first projection
+            block = _Block(module, dense, "intermediate_act_fn")
+        elif not isinstance(module, nn.TransformerEncoderLayer):
+            continue
+        elif type(module) in (nn.TransformerEncoderLayer, ModularTransformerEncoderLayer):
+            block = _Block(module, module.linear1, "activation")
+        else:
+            found.skipped.append(type(module).__qualname__)
+            continue
+        if isinstance(block.linear, GatedLinear):
+            found.already = True
+        else:
+            found.blocks.setdefault(block.linear, []).append(block)
+    return found
 
-    if targets:
-        names = {id(m): name for name, m in model.named_modules()}
-        replaced = replace_module_classes(
-            model,
-            {nn.Linear: lambda linear, _index: targets.get(id(linear))},
-            optimizers=opts,
-        )
-        settle_new_parameters(names, replaced, opts, "apply_gated_linear_units", new_function=True)
-        for block, attribute in slots:  # the activation now lives on the gate
-            setattr(block, attribute, nn.Identity())
-        for layer in layers:
-            make_modular(layer)
-        disable_nested_tensor(model)
 
-    if skipped:
-        warnings.warn(
-            "apply_gated_linear_units left these layers unchanged: "
-            + ", ".join(sorted(set(skipped)))
-            + " (subclasses of nn.TransformerEncoderLayer with their own behaviour)",
-            NoEffectWarning,
-            stacklevel=2,
-        )
-    if not targets:
-        if already:
-            warnings.warn(
-                "apply_gated_linear_units changed nothing: every feed-forward block it supports "
-                "is already gated",
-                NoEffectWarning,
-                stacklevel=2,
-            )
-        elif not skipped:
-            warn_no_effect(
-                "apply_gated_linear_units",
-                "feed-forward block it supports (transformers BertIntermediate, as in BertModel "
-                "and BertFor*; torch.nn.TransformerEncoderLayer)",
-            )
-    return model
+def _move_activations_to_gates(model: nn.Module, found: _Found) -> None:
+    """After the projections were gated: the blocks' own activations become identities, and the
+    encoder layers leave torch's fused fast path (which would bypass the gate)."""
+    for blocks in found.blocks.values():
+        for block in blocks:
+            setattr(block.module, block.attribute, nn.Identity())
+            if isinstance(block.module, nn.TransformerEncoderLayer):
+                make_modular(block.module)
+    disable_nested_tensor(model)

@@ -18,7 +18,8 @@ The drop rate of each block is also held in a 0-d int64 buffer, read by compiled
 :func:`set_stochastic_depth_drop_rate` (with the schedule :func:`stochastic_depth_drop_rate`,
 the seed's ``drop_warmup``) changes it without recompiling.
 
-Other residual blocks plug in through :func:`register_stochastic_block`.
+Other residual blocks plug in through :func:`register_stochastic_block` (and leave through
+:func:`unregister_stochastic_block`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from torchvision.models.resnet import BasicBlock, Bottleneck
 
 from functional._args import check_bool, check_int, check_module, check_one_of, check_probability
 from functional._policies import clone_module_as, warn_no_effect
+from functional._registry import Registry
 from surgery import OptimizerArg, replace_module_classes
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "register_stochastic_block",
     "set_stochastic_depth_drop_rate",
     "stochastic_depth_drop_rate",
+    "unregister_stochastic_block",
 ]
 
 _METHODS = ("block", "sample")
@@ -319,6 +322,10 @@ class _TorchvisionResidual(StochasticBlock):
     """The constructor and forward of the stochastic torchvision ResNet blocks; a subclass,
     mixed in before the torchvision block, computes the residual branch in ``_branch``."""
 
+    # The torchvision blocks' submodules (torchvision ships no type information).
+    downsample: nn.Module | None
+    relu: nn.Module
+
     def __init__(
         self,
         *args,
@@ -366,6 +373,13 @@ class StochasticBottleneck(_TorchvisionResidual, Bottleneck):
         Huang, Sun, Liu, Sedra and Weinberger, "Deep Networks with Stochastic Depth", ECCV 2016.
     """
 
+    conv1: nn.Conv2d
+    bn1: nn.Module
+    conv2: nn.Conv2d
+    bn2: nn.Module
+    conv3: nn.Conv2d
+    bn3: nn.Module
+
     def _branch(self, x: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
@@ -390,16 +404,38 @@ class StochasticBasicBlock(_TorchvisionResidual, BasicBlock):
         Huang, Sun, Liu, Sedra and Weinberger, "Deep Networks with Stochastic Depth", ECCV 2016.
     """
 
+    conv1: nn.Conv2d
+    bn1: nn.Module
+    conv2: nn.Conv2d
+    bn2: nn.Module
+
     def _branch(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
 
 
-STOCHASTIC_BLOCKS: dict[str, tuple[type[nn.Module], type[StochasticBlock]]] = {
-    "ResNetBottleneck": (Bottleneck, StochasticBottleneck),
-    "ResNetBasicBlock": (BasicBlock, StochasticBasicBlock),
-}
-"""``target_layer_name -> (block class, stochastic class)``; extend with
-:func:`register_stochastic_block`."""
+def _check_block_entry(name: str, entry: tuple[type[nn.Module], type[StochasticBlock]]) -> None:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str, got {name!r}")
+    target, stochastic = entry
+    if not (isinstance(target, type) and issubclass(target, nn.Module)):
+        raise TypeError(f"target must be an nn.Module subclass, got {target!r}")
+    if not (
+        isinstance(stochastic, type)
+        and issubclass(stochastic, StochasticBlock)
+        and issubclass(stochastic, target)
+    ):
+        raise TypeError(
+            f"stochastic must subclass both StochasticBlock and {target.__name__}, got {stochastic!r}"
+        )
+
+
+STOCHASTIC_BLOCKS: Registry[str, tuple[type[nn.Module], type[StochasticBlock]]] = Registry(
+    "stochastic block", check=_check_block_entry
+)
+"""``target_layer_name -> (block class, stochastic class)``, read like a dict; extend it with
+:func:`register_stochastic_block`, shrink it with :func:`unregister_stochastic_block`."""
+STOCHASTIC_BLOCKS.register("ResNetBottleneck", (Bottleneck, StochasticBottleneck))
+STOCHASTIC_BLOCKS.register("ResNetBasicBlock", (BasicBlock, StochasticBasicBlock))
 
 
 def register_stochastic_block(
@@ -412,6 +448,7 @@ def register_stochastic_block(
     and sets ``drop_rate``/``stochastic_method``. Its ``forward`` scales the residual branch
     with ``self.drop_branch(branch)`` or adds it with ``self.add_branch(shortcut, branch)``;
     passing the branch as a zero-argument callable lets a dropped block skip computing it.
+    Registering a name again replaces its entry; :func:`unregister_stochastic_block` removes it.
 
     Example:
         >>> class Residual(nn.Module):
@@ -427,21 +464,24 @@ def register_stochastic_block(
         >>> model = apply_stochastic_depth(nn.Sequential(Residual(), Residual()), "block", "Residual")
         >>> [round(m.drop_rate, 2) for m in model]
         [0.1, 0.2]
-        >>> del STOCHASTIC_BLOCKS["Residual"]
+        >>> unregister_stochastic_block("Residual")
     """
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"name must be a non-empty str, got {name!r}")
-    if not (isinstance(target, type) and issubclass(target, nn.Module)):
-        raise TypeError(f"target must be an nn.Module subclass, got {target!r}")
-    if not (
-        isinstance(stochastic, type)
-        and issubclass(stochastic, StochasticBlock)
-        and issubclass(stochastic, target)
-    ):
-        raise TypeError(
-            f"stochastic must subclass both StochasticBlock and {target.__name__}, got {stochastic!r}"
-        )
-    STOCHASTIC_BLOCKS[name] = (target, stochastic)
+    STOCHASTIC_BLOCKS.register(name, (target, stochastic), replace=True)
+
+
+def unregister_stochastic_block(name: str) -> None:
+    """Remove the entry ``name`` of :data:`STOCHASTIC_BLOCKS` (built-in ones included).
+
+    Raises:
+        ValueError: nothing is registered under ``name`` (the error is also a ``KeyError``).
+
+    Example:
+        >>> unregister_stochastic_block("NoSuchBlock")
+        Traceback (most recent call last):
+        ...
+        functional._registry.NotRegisteredError: no stochastic block is registered for 'NoSuchBlock'
+    """
+    STOCHASTIC_BLOCKS.unregister(name)
 
 
 def apply_stochastic_depth(

@@ -19,7 +19,7 @@ Conventions for policy authors (so checkpoints keep loading):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 
 import torch
 from torch import nn
@@ -28,7 +28,7 @@ from surgery._types import OptimizerArg, ReplacementFunction, as_optimizer_list
 from surgery.optim import rebuild_param_groups
 from surgery.wrappers import check_unwrapped
 
-__all__ = ["count_module_instances", "replace_module_classes"]
+__all__ = ["count_module_instances", "replace_module_classes", "replace_modules"]
 
 # Hook dictionaries of nn.Module that belong to the user, not to the module's implementation.
 # RemovableHandle keeps weak references to these dict objects, so they move as objects.
@@ -71,6 +71,8 @@ def replace_module_classes(
             ``torch.compile``; apply surgery first, then wrap.
         policies: mapping from module class to replacement function.
         optimizers: optimizers to keep consistent (see :func:`update_params_in_optimizer`).
+            Every parameter that leaves the model during the call -- those of the replaced
+            modules, and any a policy removed as a side effect -- leaves them with its state.
         recurse_on_replacements: also apply the policies inside replacement modules.
         indices: running per-class counters, updated in place; a fresh dict when ``None``.
         exact_type: match ``type(module) is cls`` instead of ``isinstance``.
@@ -105,66 +107,69 @@ def replace_module_classes(
         raise TypeError(
             f"indices must be a dict of class -> int or None, got {type(indices).__name__}"
         )
+    counters = indices
 
-    replaced: dict[nn.Module, nn.Module] = {}
-    decision: dict[int, nn.Module | None] = {id(model): None}
-    fallback = _LazyReference(model)
-    # Nothing is installed until every policy has run: a policy that raises (or returns
-    # something that is not a module) leaves the model, its hooks and the optimizers untouched.
-    installs: list[tuple[nn.Module, str, nn.Module]] = []
+    def choose(module: nn.Module) -> nn.Module | None:
+        return _first_replacement(module, policy_items, counters, exact_type)
 
-    # Iterative pre-order walk: a stack of (parent, iterator over its children).
-    stack: list[tuple[nn.Module, Iterator[tuple[str, nn.Module | None]]]] = [
-        (model, iter(list(model._modules.items())))
-    ]
-    on_path: set[int] = {id(model)}
-    while stack:
-        parent, children = stack[-1]
-        step = next(children, None)
-        if step is None:
-            stack.pop()
-            on_path.discard(id(parent))
-            continue
-        name, child = step
-        if child is None:
-            continue
-        key = id(child)
-        if key in decision:  # seen before: shared module, or an original inside its replacement
-            new = decision[key]
-            if new is not None and id(new) not in on_path:
-                installs.append((parent, name, new))
-            continue
-        new = _first_replacement(child, policy_items, indices, exact_type)
-        decision[key] = new
-        if new is None:
-            descend = child
-        else:
-            replaced[child] = new
-            decision.setdefault(id(new), None)
-            installs.append((parent, name, new))
-            descend = new if recurse_on_replacements else None
-        if descend is not None and descend._modules:
-            stack.append((descend, iter(list(descend._modules.items()))))
-            on_path.add(id(descend))
+    return _replace(model, choose, opts, recurse=recurse_on_replacements, dry_run=dry_run)
 
-    if dry_run or not replaced:
-        return replaced
-    # Check everything that can be refused before changing anything, then commit.
-    moves = [_plan_move(old, new, fallback) for old, new in replaced.items()]
-    for old, new in replaced.items():
-        _check_backward_hooks(old, new)
-    for (old, new), move in zip(replaced.items(), moves, strict=True):
-        _adopt(old, new, move)
-    for parent, name, new in installs:
-        parent._modules[name] = new
 
-    if opts:
-        model_params = {id(p) for p in model.parameters()}
-        pairs = [(list(old.parameters()), list(new.parameters())) for old, new in replaced.items()]
-        removed = {id(p) for old_params, _ in pairs for p in old_params} - model_params
-        for opt in opts:
-            rebuild_param_groups(opt, pairs, removed)
-    return replaced
+def replace_modules(
+    model: nn.Module,
+    replacements: Mapping[nn.Module, nn.Module],
+    *,
+    optimizers: OptimizerArg = None,
+    dry_run: bool = False,
+) -> dict[nn.Module, nn.Module]:
+    """Replace given submodule instances of ``model`` by given modules, in place.
+
+    The instance-keyed counterpart of :func:`replace_module_classes`, with the same guarantees:
+    one walk over the model; a module shared by several parents is replaced in every parent;
+    each replacement is moved to the replaced module's device and floating dtype, takes its
+    train/eval mode and receives its forward, forward-pre and backward hooks; ``optimizers``
+    are rebuilt in one pass -- parameter objects that survive keep their state and place, new
+    parameters join the param group of the parameters they replace, and parameters that leave
+    the model leave the optimizers together with their state. Nothing changes when a
+    replacement is refused.
+
+    Keys are looked up inside replacements too, so a key that a replacement reuses
+    (``{block: NewBlock(block.norm), block.norm: other}``) is replaced there as well. A key
+    that sits only inside another key's module, and is not reused by that module's
+    replacement, leaves the model with it and does not appear in the result. A key mapped to
+    itself is left as it is.
+
+    Args:
+        model: the model to change in place. Must not be wrapped in DDP, FSDP or
+            ``torch.compile``; apply surgery first, then wrap.
+        replacements: ``{old_module: new_module}``; every key a submodule of ``model`` (not
+            ``model`` itself), no module both a key and the value of another key.
+        optimizers: optimizers to keep consistent (see :func:`update_params_in_optimizer`).
+        dry_run: compute and return the mapping without changing the model or the optimizers.
+
+    Returns:
+        ``{old_module: new_module}`` for every replacement made, in traversal order.
+
+    Raises:
+        TypeError: a wrapped model (DDP, FSDP, ``torch.compile``, TorchScript), a
+            ``replacements`` that is not a mapping, or a key or value that is not an
+            ``nn.Module``.
+        ValueError: a key that is not a submodule of ``model``, ``model`` itself as a key (change
+            it in place instead), a module that is both a key and another key's value, a
+            replacement holding meta-device tensors for a module that has data, or backward
+            hooks of both kinds (full and legacy) on one module.
+
+    Example:
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+        >>> mapping = replace_modules(model, {model[1]: nn.GELU()})
+        >>> type(model[1]).__name__, len(mapping)
+        ('GELU', 1)
+    """
+    check_unwrapped(model)
+    targets = _check_replacements(model, replacements)
+    opts = as_optimizer_list(optimizers)
+    return _replace(model, targets.get, opts, recurse=True, dry_run=dry_run)
 
 
 def count_module_instances(
@@ -232,6 +237,180 @@ def _first_replacement(
             )
         return new
     return None
+
+
+def _check_replacements(
+    model: nn.Module, replacements: Mapping[nn.Module, nn.Module]
+) -> dict[nn.Module, nn.Module]:
+    """``replacements`` checked, without the keys mapped to themselves."""
+    items = _replacement_items(replacements)
+    present = set(model.modules())
+    for old, new in items:
+        if old is model:
+            raise ValueError(
+                f"replacements cannot replace the model itself ({_describe(model)}); change "
+                "it in place, or replace its submodules"
+            )
+        if old not in present:
+            raise ValueError(
+                f"replacements key {_describe(old)} is not a submodule of model; pass modules "
+                "of this model (model.named_modules() lists them)"
+            )
+        if new is model:
+            raise ValueError(
+                f"replacements cannot install the model inside itself (for {_describe(old)})"
+            )
+    targets = {old: new for old, new in items if new is not old}
+    for new in targets.values():
+        if new in targets:
+            raise ValueError(
+                f"{_describe(new)} is both a key of replacements and the replacement of "
+                "another key; replace in two calls"
+            )
+    return targets
+
+
+def _replacement_items(
+    replacements: Mapping[nn.Module, nn.Module],
+) -> list[tuple[nn.Module, nn.Module]]:
+    if not isinstance(replacements, Mapping):
+        raise TypeError(
+            "replacements must be a mapping of nn.Module -> nn.Module, "
+            f"got {type(replacements).__name__}"
+        )
+    items = list(replacements.items())
+    for old, new in items:
+        if not isinstance(old, nn.Module):
+            raise TypeError(f"replacements keys must be nn.Modules, got {type(old).__name__}")
+        if not isinstance(new, nn.Module):
+            raise TypeError(
+                f"replacements[{_describe(old)}] must be an nn.Module, got "
+                f"{type(new).__name__}; leave out a module that should stay"
+            )
+    return items
+
+
+def _describe(module: nn.Module) -> str:
+    """A one-line name for a module in messages: ``Linear(in_features=4, ...)``."""
+    return f"{type(module).__qualname__}({module.extra_repr()})"
+
+
+def _replace(
+    model: nn.Module,
+    choose: Callable[[nn.Module], nn.Module | None],
+    opts: list[torch.optim.Optimizer],
+    *,
+    recurse: bool,
+    dry_run: bool,
+) -> dict[nn.Module, nn.Module]:
+    """The engine: decide every module with ``choose`` in one walk, then install atomically."""
+    before = list(model.parameters()) if opts and not dry_run else []
+    walk = _Walk(model, choose, recurse=recurse).run()
+    if dry_run:
+        return walk.replaced
+    if walk.replaced:
+        _install(model, walk)
+    if opts:
+        _sync_optimizers(model, walk.replaced, before, opts)
+    return walk.replaced
+
+
+class _Walk:
+    """One iterative pre-order walk that asks ``choose`` once per distinct module.
+
+    It only records: ``replaced`` (``{old: new}`` in traversal order) and ``installs`` (every
+    ``(parent, name, new)`` slot to fill), so a ``choose`` that raises changes nothing. A module
+    met again (shared, or an original inside its own replacement) gets the first decision; a
+    replacement is never itself offered to ``choose``, and is walked into only with
+    ``recurse``.
+    """
+
+    def __init__(
+        self, model: nn.Module, choose: Callable[[nn.Module], nn.Module | None], *, recurse: bool
+    ) -> None:
+        self.replaced: dict[nn.Module, nn.Module] = {}
+        self.installs: list[tuple[nn.Module, str, nn.Module]] = []
+        self._choose = choose
+        self._recurse = recurse
+        self._decision: dict[nn.Module, nn.Module | None] = {model: None}
+        self._stack: list[tuple[nn.Module, Iterator[tuple[str, nn.Module | None]]]] = []
+        self._on_path: set[nn.Module] = set()
+        self._enter(model)
+
+    def run(self) -> _Walk:
+        while self._stack:
+            parent, children = self._stack[-1]
+            step = next(children, None)
+            if step is None:
+                self._stack.pop()
+                self._on_path.discard(parent)
+            elif step[1] is not None:
+                self._visit(parent, step[0], step[1])
+        return self
+
+    def _enter(self, module: nn.Module) -> None:
+        if module._modules:
+            self._stack.append((module, iter(list(module._modules.items()))))
+            self._on_path.add(module)
+
+    def _visit(self, parent: nn.Module, name: str, child: nn.Module) -> None:
+        if child in self._decision:
+            new = self._decision[child]
+            if new is not None and new not in self._on_path:  # no module inside itself
+                self.installs.append((parent, name, new))
+            return
+        new = self._choose(child)
+        self._decision[child] = new
+        if new is None:
+            self._enter(child)
+            return
+        self.replaced[child] = new
+        self._decision.setdefault(new, None)
+        self.installs.append((parent, name, new))
+        if self._recurse:
+            self._enter(new)
+
+
+def _install(model: nn.Module, walk: _Walk) -> None:
+    """Check everything that can be refused, then adopt and install every replacement."""
+    fallback = _LazyReference(model)
+    pairs = list(walk.replaced.items())
+    moves = [_plan_move(old, new, fallback) for old, new in pairs]
+    for old, new in pairs:
+        _check_backward_hooks(old, new)
+    for (old, new), move in zip(pairs, moves, strict=True):
+        _adopt(old, new, move)
+    for parent, name, new in walk.installs:
+        parent._modules[name] = new
+
+
+def _sync_optimizers(
+    model: nn.Module,
+    replaced: Mapping[nn.Module, nn.Module],
+    before: Sequence[torch.Tensor],
+    opts: list[torch.optim.Optimizer],
+) -> None:
+    """Bring every optimizer in line with the model, one linear pass each.
+
+    Each replaced module's parameters are replaced by its replacement's; every parameter that
+    left the model during the call leaves the optimizers with its state -- also one that a
+    policy removed as a side effect, outside the modules it replaced.
+    """
+    now = set(model.parameters())  # tensors hash by identity
+    pairs: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = [
+        (list(old.parameters()), list(new.parameters())) for old, new in replaced.items()
+    ]
+    paired = {p for old_params, _ in pairs for p in old_params}
+    gone = {p for p in paired if p not in now}
+    unpaired = [p for p in before if p not in now and p not in paired]
+    if unpaired:
+        pairs.append((unpaired, []))
+        gone.update(unpaired)
+    if not pairs:
+        return
+    removed = {id(p) for p in gone}  # rebuild_param_groups takes parameter ids
+    for opt in opts:
+        rebuild_param_groups(opt, pairs, removed)
 
 
 class _LazyReference:

@@ -96,6 +96,7 @@ EXTENSIONS = {
         "as_optimizer_list",
         "check_unwrapped",
         "fill_missing_entries",
+        "replace_modules",
         "unwrap_model",
     ],
     "functional": [
@@ -116,6 +117,7 @@ EXTENSIONS = {
         # registries and ALiBi building blocks
         "STOCHASTIC_BLOCKS",
         "register_stochastic_block",
+        "unregister_stochastic_block",
         "register_alibi",
         "unregister_alibi",
         "alibi_registry",

@@ -584,6 +584,81 @@ def test_registry_validates_and_works_as_decorator():
         fn.unregister_alibi(Sub)
 
 
+def test_a_builtin_converter_unregistered_stays_unregistered_until_registered_again():
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
+
+    builtin = fn.alibi_registry()[GPT2Attention]  # resolved: its module is imported
+    fn.unregister_alibi(GPT2Attention)
+    try:
+        assert GPT2Attention not in fn.alibi_registry()  # not resolved again
+        model = fn.apply_alibi(gpt2(), 64)
+        assert isinstance(model.transformer.wpe, DisabledPositionEmbedding)
+        assert not hasattr(model.transformer.h[0].attn, "alibi_bias")
+    finally:
+        fn.register_alibi(GPT2Attention, builtin)
+    model = fn.apply_alibi(gpt2(), 64)
+    assert isinstance(model.transformer.h[0].attn.alibi_bias, AlibiBias)
+
+
+class TwoTowers(nn.Module):
+    """A model-specific block whose ``pos`` projection a converter swaps out (shared by two names)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pos = nn.Linear(8, 8)
+        self.pos_again = self.pos
+        self.head = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.head(self.pos(x) + self.pos_again(x))
+
+
+def replace_pos(module, context):
+    if module.pos.bias is None:
+        return False  # already converted
+    context.replace_module(module.pos, nn.Linear(8, 8, bias=False))
+    return True
+
+
+def test_replace_module_keeps_optimizers_consistent_and_replaces_every_alias():
+    model = TwoTowers()
+    old = model.pos
+    opt = torch.optim.Adam(
+        [{"params": model.pos.parameters(), "lr": 0.1}, {"params": model.head.parameters()}]
+    )
+    model(torch.randn(2, 8)).sum().backward()
+    opt.step()
+    fn.register_alibi(TwoTowers, replace_pos)
+    try:
+        fn.apply_alibi(model, 16, optimizers=opt)
+        assert model.pos is model.pos_again and model.pos is not old
+        assert model.pos.bias is None
+        group0 = opt.param_groups[0]["params"]
+        assert len(group0) == 1 and group0[0] is model.pos.weight  # joined old's group
+        assert all(p not in opt.state for p in old.parameters())
+        assert all(p in opt.state for p in model.head.parameters())
+        held = {id(p) for g in opt.param_groups for p in g["params"]}
+        assert held == {id(p) for p in model.parameters()}
+        with pytest.warns(NoEffectWarning, match="changed nothing"):
+            fn.apply_alibi(model, 16, optimizers=opt)
+    finally:
+        fn.unregister_alibi(TwoTowers)
+
+
+def test_replace_module_of_a_module_outside_the_model_is_refused():
+    def replace_stranger(module, context):
+        context.replace_module(nn.Linear(8, 8), nn.Identity())
+        return True
+
+    model = TwoTowers()
+    fn.register_alibi(TwoTowers, replace_stranger)
+    try:
+        with pytest.raises(ValueError, match="not a submodule of model"):
+            fn.apply_alibi(model, 16)
+    finally:
+        fn.unregister_alibi(TwoTowers)
+
+
 def test_no_effect_warning_names_supported_classes_and_how_to_register():
     with pytest.warns(NoEffectWarning) as record:
         fn.apply_alibi(nn.Sequential(nn.Linear(4, 4)), 16)

@@ -299,3 +299,51 @@ def test_meta_device_model_building():
     assert isinstance(model.layers[0].linear1, GatedLinear)
     assert all(p.is_meta for p in model.parameters())
     assert model(torch.empty(2, 5, 8, device="meta")).shape == (2, 5, 8)
+
+
+# ----------------------------------------------------------------------------- reports and sharing
+
+
+def test_skipped_subclass_reported_and_the_rest_converted():
+    class OwnLayer(nn.TransformerEncoderLayer):
+        """A subclass with its own behaviour: left alone and named."""
+
+    own = OwnLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    model = nn.Sequential(own, nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True))
+    with pytest.warns(NoEffectWarning) as record:
+        fn.apply_gated_linear_units(model)
+    messages = [str(w.message) for w in record]
+    assert messages == [
+        f"apply_gated_linear_units left these layers unchanged: {OwnLayer.__qualname__} "
+        "(subclasses of nn.TransformerEncoderLayer with their own behaviour)"
+    ]
+    assert record[0].filename == __file__  # the warning points at the caller
+    assert type(model[0].linear1) is nn.Linear and isinstance(model[1].linear1, GatedLinear)
+    # again: the skipped layer and the already gated one are both reported, nothing else
+    with pytest.warns(NoEffectWarning) as record:
+        fn.apply_gated_linear_units(model)
+    assert [str(w.message) for w in record] == [
+        messages[0],
+        "apply_gated_linear_units changed nothing: every feed-forward block it supports is "
+        "already gated",
+    ]
+
+
+def test_projection_shared_by_two_blocks_is_gated_once_for_both():
+    first = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, activation="relu")
+    second = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, activation="relu")
+    second.linear1 = first.linear1  # one projection, two blocks
+    model = nn.Sequential(first, second).eval()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fn.apply_gated_linear_units(model, opt, generator=torch.Generator().manual_seed(0))
+    gated = first.linear1
+    assert isinstance(gated, GatedLinear) and second.linear1 is gated
+    # the activation moved onto the gate in both blocks (not applied twice in the second)
+    assert isinstance(first.activation, nn.Identity) and isinstance(second.activation, nn.Identity)
+    assert isinstance(second, ModularTransformerEncoderLayer)
+    assert optimizer_ids(opt) == [id(p) for p in model.parameters()]
+    x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        hidden = second.norm1(x + second._sa_block(x, None, None))
+        expected = second.norm2(hidden + second.linear2(gated(hidden)))
+        torch.testing.assert_close(second(x), expected)

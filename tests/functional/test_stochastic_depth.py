@@ -381,3 +381,32 @@ def test_drop_warmup_from_the_loop_keeps_the_distribution(drop_distribution):
         F.set_stochastic_depth_drop_rate(model, -0.1)
     with pytest.raises(TypeError, match=r"model must be an nn\.Module"):
         F.set_stochastic_depth_drop_rate("model", 0.1)
+
+
+def test_unregister_stochastic_block():
+    class Residual(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return x + self.body(x)
+
+    class StochasticResidual(StochasticBlock, Residual):
+        def forward(self, x):
+            return self.add_branch(x, lambda: self.body(x))
+
+    register_stochastic_block("UnregisterMe", Residual, StochasticResidual)
+    assert STOCHASTIC_BLOCKS["UnregisterMe"] == (Residual, StochasticResidual)
+    F.unregister_stochastic_block("UnregisterMe")
+    assert "UnregisterMe" not in STOCHASTIC_BLOCKS
+    with pytest.raises(ValueError, match="target_layer_name must be one of"):
+        apply_stochastic_depth(nn.Sequential(Residual()), "block", "UnregisterMe")
+    with pytest.raises(ValueError, match="no stochastic block is registered for 'UnregisterMe'"):
+        F.unregister_stochastic_block("UnregisterMe")
+    # the registry's context manager puts everything back, for tests
+    with STOCHASTIC_BLOCKS.registered("UnregisterMe", (Residual, StochasticResidual)):
+        model = apply_stochastic_depth(nn.Sequential(Residual()), "block", "UnregisterMe")
+        assert type(model[0]) is StochasticResidual
+    assert "UnregisterMe" not in STOCHASTIC_BLOCKS
+    assert list(STOCHASTIC_BLOCKS) == ["ResNetBottleneck", "ResNetBasicBlock"]

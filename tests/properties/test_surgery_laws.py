@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from surgery import count_module_instances, replace_module_classes
+from surgery import count_module_instances, replace_module_classes, replace_modules
 from tests.strategies import module_trees
 from tests.surgery.test_replace import ScaledConv, to_scaled_conv
 
@@ -104,3 +106,28 @@ def test_dry_run_changes_nothing(tree):
     assert set(mapping) == {m for m in model.modules() if type(m) in ALL_POLICIES}
     assert list(model.named_modules(remove_duplicate=False)) == modules
     assert [list(g["params"]) for g in opt.param_groups] == params
+
+
+@given(module_trees(), st.data())
+def test_replace_modules_by_copies_keeps_the_forward_and_the_optimizer_exact(tree, data):
+    """Replacing any set of submodules (shared or nested ones included) by copies of themselves:
+    the forward is kept, no key is left in the model, and the optimizer holds exactly the
+    model's parameters, each once."""
+    model = nn.Sequential(tree.model, nn.Conv2d(tree.channels, tree.channels, 1)).eval()
+    candidates = list(model.modules())[1:]
+    keys = data.draw(st.lists(st.sampled_from(candidates), unique_by=id, max_size=6))
+    x = tree.example_input()
+    with torch.no_grad():
+        expected = model(x)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    replace_modules(model, {key: copy.deepcopy(key) for key in keys}, optimizers=opt)
+    modules = list(model.modules())
+    assert not any(m is key for key in keys for m in modules)
+    # (the order may differ from model.parameters(): a surviving parameter keeps its place in
+    # the optimizer while its first appearance in the model can move, e.g. a module shared
+    # between a copied parent and another one)
+    held = [id(p) for g in opt.param_groups for p in g["params"]]
+    assert sorted(held) == sorted(id(p) for p in model.parameters())
+    assert len(set(held)) == len(held)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), expected)

@@ -89,6 +89,28 @@ def test_removed_parameters_leave_with_their_state():
     assert model[6].weight in opt.state
 
 
+def test_parameters_a_policy_removes_as_a_side_effect_leave_with_their_state():
+    """A policy that drops the old layer's bias and wraps the layer: the bias leaves the model
+    without being a parameter of the wrapper or of the wrapped layer, and leaves the optimizers
+    too (as it did not before: a stale parameter with its Adam moments stayed behind)."""
+    model = small_net()
+    opt = torch.optim.Adam(model.parameters())
+    opt_bias = torch.optim.SGD([model[6].bias], lr=0.1, momentum=0.9)  # holds nothing replaced
+    train_step(model, opt, opt_bias)
+    bias = model[6].bias
+
+    def wrap_without_bias(module: nn.Module, index: int) -> nn.Module:
+        module.bias = None
+        return nn.Sequential(module)
+
+    replace_module_classes(model, {nn.Linear: wrap_without_bias}, optimizers=[opt, opt_bias])
+    assert model[6][0].bias is None
+    assert bias not in opt.state and bias not in opt_bias.state
+    assert opt_param_ids(opt) == model_param_ids(model)
+    assert opt_param_ids(opt_bias) == []
+    train_step(model, opt)
+
+
 def test_several_optimizers_each_touch_only_their_own_parameters():
     model = small_net()
     head = list(model[6].parameters())

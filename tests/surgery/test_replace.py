@@ -1,6 +1,10 @@
-"""The contract of ``surgery.replace_module_classes`` and ``count_module_instances``."""
+"""The contract of ``surgery.replace_module_classes``, ``replace_modules`` and
+``count_module_instances``."""
 
 from __future__ import annotations
+
+import re
+import warnings
 
 import pytest
 import torch
@@ -8,7 +12,7 @@ import torchvision
 from torch import nn
 
 import surgery
-from surgery import count_module_instances, replace_module_classes
+from surgery import count_module_instances, replace_module_classes, replace_modules
 from tests.strategies import calibrate_batchnorm
 
 
@@ -302,6 +306,221 @@ class TestRefusals:
         model.compile()
         with pytest.raises(TypeError, match="before compiling"):
             replace_module_classes(model, {nn.ReLU: lambda m, i: None})
+
+
+def held(opt: torch.optim.Optimizer) -> list[int]:
+    return [id(p) for g in opt.param_groups for p in g["params"]]
+
+
+def train_step(model: nn.Module, *opts: torch.optim.Optimizer) -> None:
+    gen = torch.Generator().manual_seed(0)
+    for opt in opts:
+        opt.zero_grad()
+    model(torch.randn(2, 3, 5, 5, generator=gen)).square().mean().backward()
+    for opt in opts:
+        opt.step()
+
+
+class TestReplaceModules:
+    """``replace_modules``: instance-keyed replacement with every guarantee of the class engine."""
+
+    def test_replaces_exactly_the_given_instances(self):
+        model = small_net()
+        first, second = model[2], model[3][1]
+        new = TaggedReLU("new")
+        mapping = replace_modules(model, {second: new})
+        assert mapping == {second: new}
+        assert model[2] is first and model[3][1] is new
+
+    def test_mapping_in_traversal_order_whatever_the_key_order(self):
+        model = small_net()
+        keys = [model[6], model[0], model[2]]
+        mapping = replace_modules(model, {k: TaggedReLU(i) for i, k in enumerate(keys)})
+        assert list(mapping) == [keys[1], keys[2], keys[0]]
+
+    def test_shared_module_replaced_in_every_parent(self):
+        shared = nn.ReLU()
+        model = nn.Sequential(shared, nn.Sequential(shared), nn.ModuleList([shared]))
+        new = TaggedReLU()
+        assert replace_modules(model, {shared: new}) == {shared: new}
+        assert model[0] is new and model[1][0] is new and model[2][0] is new
+        assert not any(m is shared for m in model.modules())
+
+    def test_key_reused_by_another_replacement_is_replaced_there(self):
+        inner = nn.Linear(2, 2)
+        block = nn.Sequential(inner, nn.ReLU())
+        model = nn.Sequential(block)
+        new_block = nn.Sequential(nn.Identity(), inner)
+        new_inner = nn.Linear(2, 2)
+        mapping = replace_modules(model, {block: new_block, inner: new_inner})
+        assert model[0] is new_block and new_block[1] is new_inner
+        assert mapping == {block: new_block, inner: new_inner}
+
+    def test_key_left_behind_inside_a_replaced_module_is_not_reached(self):
+        inner = nn.Linear(2, 2)
+        block = nn.Sequential(inner)
+        model = nn.Sequential(block)
+        new_block = nn.Sequential(nn.Linear(2, 2))
+        mapping = replace_modules(model, {block: new_block, inner: nn.Linear(2, 2)})
+        assert mapping == {block: new_block}
+        assert model[0] is new_block
+
+    def test_replacement_wrapping_the_original_does_not_loop(self):
+        model = nn.Sequential(nn.ReLU())
+        relu = model[0]
+        wrapper = nn.Sequential(relu, nn.Identity())
+        assert replace_modules(model, {relu: wrapper}) == {relu: wrapper}
+        assert model[0] is wrapper and wrapper[0] is relu
+
+    def test_same_replacement_for_several_modules_and_key_mapped_to_itself(self):
+        model = small_net()
+        one = nn.GELU()
+        mapping = replace_modules(model, {model[2]: one, model[3][1]: one, model[6]: model[6]})
+        assert len(mapping) == 2 and model[2] is one and model[3][1] is one
+        assert type(model[6]) is nn.Linear
+
+    @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+    def test_replacement_takes_the_device_and_floating_dtype(self, dtype):
+        model = small_net().to(dtype)
+        replace_modules(model, {model[6]: nn.Linear(4, 2)})
+        assert model[6].weight.dtype == dtype
+        assert model(torch.randn(2, 3, 5, 5, dtype=dtype)).dtype == dtype
+        meta = small_net().to("meta")
+        replace_modules(meta, {meta[6]: nn.Linear(4, 2)})
+        assert meta[6].weight.device.type == "meta"
+
+    def test_train_eval_mode_and_hooks_move(self):
+        model = small_net().eval()
+        target = model[6]
+        log = []
+        handle = target.register_forward_hook(lambda m, a, out: log.append("fwd"))
+        target.register_forward_pre_hook(lambda m, a: log.append("pre"))
+        target.register_full_backward_hook(lambda m, gi, go: log.append("bwd"))
+        mapping = replace_modules(model, {target: nn.Linear(4, 2)})
+        assert not model[6].training and mapping[target] is model[6]
+        model(torch.randn(2, 3, 5, 5, requires_grad=True)).sum().backward()
+        assert log == ["pre", "fwd", "bwd"]
+        handle.remove()  # the user's handle still works on the replacement
+        log.clear()
+        model(torch.randn(2, 3, 5, 5))
+        assert log == ["pre"]
+        assert not target._forward_hooks and not target._forward_pre_hooks
+
+    def test_optimizer_state_and_groups(self):
+        model = small_net()
+        conv, linear = model[0], model[6]
+        convs = list(conv.parameters())
+        rest = [p for p in model.parameters() if all(p is not c for c in convs)]
+        opt = torch.optim.SGD(
+            [{"params": rest, "lr": 0.1}, {"params": convs, "lr": 0.01}], momentum=0.9
+        )
+        train_step(model, opt)
+        momentum = opt.state[conv.weight]["momentum_buffer"].clone()
+        scaled = ScaledConv.from_conv(conv)
+        replace_modules(model, {conv: scaled, linear: nn.Linear(4, 2)}, optimizers=opt)
+        # survivors keep their state; the new scale joins their group, right after them
+        torch.testing.assert_close(opt.state[conv.weight]["momentum_buffer"], momentum)
+        assert opt.param_groups[1]["params"] == [conv.weight, conv.bias, scaled.scale]
+        # the removed linear's parameters left, with their state
+        assert linear.weight not in opt.state and linear.bias not in opt.state
+        # the new linear's parameters took the old ones' place in the other group
+        assert [id(p) for p in opt.param_groups[0]["params"]] == [
+            id(p) for p in model.parameters() if all(p is not c for c in scaled.parameters())
+        ]
+        train_step(model, opt)
+
+    def test_several_optimizers_each_touch_only_their_own_parameters(self):
+        model = small_net()
+        head = list(model[6].parameters())
+        body = [p for p in model.parameters() if all(p is not h for h in head)]
+        opt_body = torch.optim.SGD(body, lr=0.1, momentum=0.9)
+        opt_head = torch.optim.Adam(head)
+        train_step(model, opt_body, opt_head)
+        old_head = model[6]
+        replace_modules(
+            model,
+            {model[0]: ScaledConv.from_conv(model[0]), old_head: nn.Linear(4, 2)},
+            optimizers=[opt_body, opt_head],
+        )
+        assert held(opt_head) == [id(p) for p in model[6].parameters()]
+        assert not opt_head.state  # Adam's moments of the removed head left with it
+        head_now = list(model[6].parameters())
+        assert held(opt_body) == [
+            id(p) for p in model.parameters() if all(p is not h for h in head_now)
+        ]
+        train_step(model, opt_body, opt_head)
+
+    def test_dry_run_changes_nothing(self):
+        model = small_net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        train_step(model, opt)
+        modules = list(model.named_modules(remove_duplicate=False))
+        params = [list(g["params"]) for g in opt.param_groups]
+        new = nn.Linear(4, 2)
+        mapping = replace_modules(model, {model[6]: new}, optimizers=opt, dry_run=True)
+        assert mapping == {model[6]: new}
+        assert list(model.named_modules(remove_duplicate=False)) == modules
+        assert [list(g["params"]) for g in opt.param_groups] == params
+        assert len(opt.state) == len(list(model.parameters()))
+
+    def test_a_refused_replacement_changes_nothing(self):
+        model = small_net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        train_step(model, opt)
+        modules = list(model.named_modules())
+        params = held(opt)
+        log = []
+        model[2].register_forward_hook(lambda m, a, o: log.append("hook"))
+        on_meta = nn.Linear(4, 2, device="meta")  # no data to move to the cpu
+        with pytest.raises(ValueError, match="meta device"):
+            replace_modules(model, {model[2]: nn.GELU(), model[6]: on_meta}, optimizers=opt)
+        assert list(model.named_modules()) == modules and held(opt) == params
+        model(torch.randn(2, 3, 5, 5))
+        assert log == ["hook"]  # the hook stayed with the original
+        legacy = nn.Linear(4, 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            legacy.register_backward_hook(lambda m, gi, go: None)
+        model[6].register_full_backward_hook(lambda m, gi, go: None)
+        with pytest.raises(ValueError, match="backward hook"):
+            replace_modules(model, {model[2]: nn.GELU(), model[6]: legacy}, optimizers=opt)
+        assert list(model.named_modules()) == modules and held(opt) == params
+
+    def test_errors(self):
+        model = small_net()
+        stranger = nn.Linear(4, 2)
+        with pytest.raises(
+            ValueError,
+            match=re.escape(
+                "key Linear(in_features=4, out_features=2, bias=True) is not a submodule"
+            ),
+        ):
+            replace_modules(model, {stranger: nn.Linear(4, 2)})
+        with pytest.raises(ValueError, match=r"cannot replace the model itself.*in place"):
+            replace_modules(model, {model: nn.Sequential()})
+        with pytest.raises(ValueError, match="both a key of replacements and the replacement"):
+            replace_modules(model, {model[2]: model[3][1], model[3][1]: nn.GELU()})
+        with pytest.raises(ValueError, match="inside itself"):
+            replace_modules(model, {model[2]: model})
+        with pytest.raises(TypeError, match=r"replacements keys must be nn\.Modules, got str"):
+            replace_modules(model, {"2": nn.GELU()})
+        with pytest.raises(TypeError, match=r"replacements\[ReLU\(\)\] must be an nn.Module, got"):
+            replace_modules(model, {model[2]: None})
+        with pytest.raises(TypeError, match="replacements must be a mapping"):
+            replace_modules(model, [(model[2], nn.GELU())])
+        with pytest.raises(TypeError, match=r"model must be an nn\.Module"):
+            replace_modules("model", {})
+        with pytest.raises(TypeError, match="optimizers"):
+            replace_modules(model, {model[2]: nn.GELU()}, optimizers=[1])
+        with pytest.raises(TypeError, match=r"torch\.compile.*_orig_mod"):
+            replace_modules(torch.compile(model), {model[2]: nn.GELU()})
+        assert type(model[2]) is nn.ReLU  # nothing changed along the way
+
+    def test_empty_mapping_is_a_no_op(self):
+        model = small_net()
+        modules = list(model.modules())
+        assert replace_modules(model, {}) == {}
+        assert list(model.modules()) == modules
 
 
 class TestCount:
