@@ -1,4 +1,4 @@
-"""BlurPool layers and apply_blurpool (the ops blur_2d/blurmax_pool2d are tested elsewhere)."""
+"""BlurPool layers and apply_blurpool (the ops blur_2d and blurmax_pool2d are in test_ops.py)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,9 @@ import pytest
 import torch
 
 import functional as F
-import functional.blurpool as blurpool
+from functional._args import check_pair
+from functional.blurpool import kernels
+from functional.blurpool.ops import _check_filter
 from tests.functional import reference
 
 DEFAULT = torch.outer(torch.tensor([1.0, 2.0, 1.0]), torch.tensor([1.0, 2.0, 1.0])) / 16
@@ -53,9 +55,9 @@ def test_tensor_taps_kernel_matches_convolution(k, stride) -> None:
     col = torch.randn(k, generator=gen, dtype=torch.float64)
     row = torch.randn(k, generator=gen, dtype=torch.float64)
     x = _x(2, 3, 20, 17)
-    strides = blurpool.check_pair(stride, "stride")
-    got = blurpool._separable_blur(x, col, row, strides)
-    want = blurpool._blur_conv(x, torch.outer(col, row).view(1, 1, k, k), strides)
+    strides = check_pair(stride, "stride")
+    got = kernels._separable_blur(x, col, row, strides)
+    want = kernels._blur_conv(x, torch.outer(col, row).view(1, 1, k, k), strides)
     torch.testing.assert_close(got, want)
 
 
@@ -64,7 +66,7 @@ def test_tensor_taps_kernel_matches_convolution(k, stride) -> None:
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last", "strided"])
 @pytest.mark.parametrize("stride", [1, 2, 3])
 def test_cache_blocked_kernel_matches_convolution(monkeypatch, dtype, layout, stride, size) -> None:
-    monkeypatch.setattr(blurpool, "_CHUNK_BYTES", 300)  # many chunks, a partial last one
+    monkeypatch.setattr(kernels, "_CHUNK_BYTES", 300)  # many chunks, a partial last one
     base = _x(5, 3, *size, dtype=torch.float32)
     x = (base * 255).round().to(dtype) if dtype == torch.uint8 else base.to(dtype)
     if layout == "channels_last":
@@ -72,7 +74,7 @@ def test_cache_blocked_kernel_matches_convolution(monkeypatch, dtype, layout, st
     elif layout == "strided":
         x = torch.cat([x, x], dim=-1)[..., ::2]
     out = F.blur_2d(x, stride)
-    expected = blurpool._blur_conv(x.contiguous(), DEFAULT.view(1, 1, 3, 3), (stride, stride))
+    expected = kernels._blur_conv(x.contiguous(), DEFAULT.view(1, 1, 3, 3), (stride, stride))
     assert out.dtype == dtype
     if layout == "channels_last":
         assert out.is_contiguous(memory_format=torch.channels_last)
@@ -97,8 +99,8 @@ def test_gradients_match_convolution_and_are_twice_differentiable(stride) -> Non
     assert torch.autograd.gradgradcheck(lambda t: F.blur_2d(t, stride), (x,))
     grad_out = _x(*F.blur_2d(x, stride, filt).shape, seed=1)
     (ours,) = torch.autograd.grad(F.blur_2d(x, stride, filt), x, grad_out)
-    strides = blurpool.check_pair(stride, "stride")
-    conv = blurpool._blur_conv(x, blurpool._check_filter(filt, 2), strides)
+    strides = check_pair(stride, "stride")
+    conv = kernels._blur_conv(x, _check_filter(filt, 2), strides)
     (theirs,) = torch.autograd.grad(conv, x, grad_out)
     torch.testing.assert_close(ours, theirs)
 
@@ -328,7 +330,7 @@ def test_no_host_reads(side):
 @pytest.mark.parametrize("kind", ["shared", "per_channel", "even"])
 def test_given_filter_cpu_kernel_matches_convolution(monkeypatch, kind, stride, layout, dtype):
     """A filter passed in runs on the CPU kernel (planes >= 256 px) with its taps as tensors."""
-    monkeypatch.setattr(blurpool, "_CHUNK_BYTES", 3000)  # several chunks, a partial last one
+    monkeypatch.setattr(kernels, "_CHUNK_BYTES", 3000)  # several chunks, a partial last one
     gen = torch.Generator().manual_seed(3)
     shape = {"shared": (3, 3), "per_channel": (3, 1, 3, 3), "even": (2, 4)}[kind]
     filt = torch.rand(shape, generator=gen, dtype=torch.float64) / 4
@@ -338,9 +340,9 @@ def test_given_filter_cpu_kernel_matches_convolution(monkeypatch, kind, stride, 
         x = x.to(memory_format=torch.channels_last)
     elif layout == "strided":
         x = torch.cat([x, x], dim=-1)[..., ::2]
-    strides = blurpool.check_pair(stride, "stride")
+    strides = check_pair(stride, "stride")
     out = F.blur_2d(x, stride, filt)
-    expected = blurpool._blur_conv(x.contiguous(), blurpool._check_filter(filt, 3), strides)
+    expected = kernels._blur_conv(x.contiguous(), _check_filter(filt, 3), strides)
     assert out.dtype == dtype and out.shape == expected.shape
     if layout == "channels_last":
         assert out.is_contiguous(memory_format=torch.channels_last)

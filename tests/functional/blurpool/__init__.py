@@ -1,0 +1,1 @@
+"""Tests of functional/blurpool/, one file per module with public names."""
