@@ -1,0 +1,143 @@
+"""Evaluating with the EMA weights: :func:`swap_ema_weights` exchanges the model's and the EMA's
+tensors bit for bit in place (three XORs, no copy), :func:`use_ema_weights` is its context-manager
+form; FSDP2 modules are resharded first so that each rank swaps its local shards."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, MutableMapping
+
+import torch
+from torch import nn
+
+from functional.ema.pairing import _pairs
+
+try:  # torch.distributed may be missing from some builds
+    from torch.distributed.fsdp import FSDPModule
+except ImportError:  # pragma: no cover
+    FSDPModule = None  # type: ignore[assignment,misc]
+
+__all__ = ["swap_ema_weights", "use_ema_weights"]
+
+# Integer dtypes of each element size, to swap any tensor's bits in place.
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _as_bits(t: torch.Tensor) -> torch.Tensor:
+    """An integer view of ``t``'s memory (same elements, same strides)."""
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    if t.dtype == torch.bool:
+        return t.view(torch.uint8)
+    if t.is_floating_point():
+        return t.view(_BITS[t.element_size()])
+    return t
+
+
+@torch.no_grad()
+def swap_ema_weights(
+    model: nn.Module, ema_model: nn.Module | MutableMapping[str, torch.Tensor]
+) -> None:
+    r"""Exchange the values of ``model``'s and ``ema_model``'s parameters and buffers, in place.
+
+    Every floating and integer parameter and buffer, paired by name as in
+    :func:`compute_ema`, trades its contents with its partner, bit for bit, through three
+    in-place XORs of an integer view of the memory (:math:`a \mathrel{\oplus}= b,\
+    b \mathrel{\oplus}= a,\ a \mathrel{\oplus}= b`): no copy of the model and no temporary
+    (O(1) extra memory), and every tensor object, its storage, the optimizer's references and
+    its state stay where they are. Calling it twice restores both sides exactly.
+
+    This evaluates with the EMA weights without a third copy of the model (see
+    :func:`use_ema_weights` for the context-manager form). It works through
+    ``DistributedDataParallel`` and ``torch.compile`` wrappers (their inner modules) and on
+    FSDP2 (``fully_shard``) models, whose ranks swap their local shards with no communication
+    (FSDP modules are first returned to their sharded state with ``reshard()``, which an
+    evaluation forward pass leaves unsharded at the root); call it on every rank, between
+    steps. Both
+    sides must keep each tensor in the same dtype and on the same device (a float32 EMA of a
+    bfloat16 model cannot be swapped; load it instead).
+
+    Args:
+        model: the trained model (or its wrapper).
+        ema_model: its EMA copy, or a name → tensor mapping such as the state dict of
+            :func:`compute_ema`'s docstring.
+
+    Raises:
+        ValueError: if names or shapes do not match.
+        TypeError: if a pair differs in dtype or device.
+
+    Example:
+        >>> import copy, torch, functional as F
+        >>> model = torch.nn.Linear(3, 1)
+        >>> ema = copy.deepcopy(model)
+        >>> with torch.no_grad():
+        ...     _ = ema.weight.zero_()
+        >>> F.swap_ema_weights(model, ema)
+        >>> bool((model.weight == 0).all())
+        True
+        >>> F.swap_ema_weights(model, ema)
+        >>> bool((ema.weight == 0).all())
+        True
+    """
+    for side in (model, ema_model):
+        if isinstance(side, nn.Module):
+            _reshard(side)
+    pairs = _pairs(model, ema_model, "swap_ema_weights")
+    swaps = list(pairs.copies)
+    for ema_list, _, originals in pairs.groups.values():
+        swaps += zip(ema_list, originals, strict=True)
+    for ema, value in swaps:  # all checked before anything is swapped
+        if ema.dtype != value.dtype or ema.device != value.device:
+            raise TypeError(
+                "swap_ema_weights: a tensor has dtype/device "
+                f"{value.dtype}/{value.device} in model but {ema.dtype}/{ema.device} in "
+                "ema_model; a swap in place needs the same on both sides"
+            )
+    seen: set[int] = set()
+    for ema, value in swaps:
+        if value.data_ptr() in seen:  # a tied tensor of the model: swapped once
+            continue
+        seen.add(value.data_ptr())
+        a, b = _as_bits(value), _as_bits(ema)
+        a.bitwise_xor_(b)
+        b.bitwise_xor_(a)
+        a.bitwise_xor_(b)
+
+
+def _reshard(module: nn.Module) -> None:
+    """Put FSDP2 modules back to their sharded parameters (the root keeps its parameters
+    unsharded after a forward pass); frees the unsharded copies, no communication."""
+    if FSDPModule is None:
+        return
+    for sub in module.modules():
+        if isinstance(sub, FSDPModule):
+            sub.reshard()
+
+
+@contextlib.contextmanager
+def use_ema_weights(
+    model: nn.Module, ema_model: nn.Module | MutableMapping[str, torch.Tensor]
+) -> Iterator[nn.Module]:
+    """Inside the block, ``model`` holds the EMA weights; on leaving, its own weights are back.
+
+    The context-manager form of :func:`swap_ema_weights` (swap on entry, swap back on exit,
+    also when the block raises); the block holds ``ema_model``'s former contents in
+    ``ema_model``. Yields ``model``.
+
+    Example:
+        >>> import copy, torch, functional as F
+        >>> model = torch.nn.Linear(3, 1)
+        >>> ema = copy.deepcopy(model)
+        >>> with torch.no_grad():
+        ...     _ = ema.bias.fill_(5.0)
+        >>> with F.use_ema_weights(model, ema):
+        ...     float(model.bias.detach())
+        5.0
+        >>> float(model.bias.detach()) == 5.0
+        False
+    """
+    swap_ema_weights(model, ema_model)
+    try:
+        yield model
+    finally:
+        swap_ema_weights(model, ema_model)
