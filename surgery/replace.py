@@ -19,7 +19,7 @@ Conventions for policy authors (so checkpoints keep loading):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 
 import torch
 from torch import nn
@@ -304,7 +304,7 @@ def _replace(
     dry_run: bool,
 ) -> dict[nn.Module, nn.Module]:
     """The engine: decide every module with ``choose`` in one walk, then install atomically."""
-    before = list(model.parameters()) if opts and not dry_run else []
+    before = _parameters_by_id(model) if opts and not dry_run else {}
     walk = _Walk(model, choose, recurse=recurse).run()
     if dry_run:
         return walk.replaced
@@ -387,7 +387,7 @@ def _install(model: nn.Module, walk: _Walk) -> None:
 def _sync_optimizers(
     model: nn.Module,
     replaced: Mapping[nn.Module, nn.Module],
-    before: Sequence[torch.Tensor],
+    before: Mapping[int, torch.Tensor],
     opts: list[torch.optim.Optimizer],
 ) -> None:
     """Bring every optimizer in line with the model, one linear pass each.
@@ -396,21 +396,29 @@ def _sync_optimizers(
     left the model during the call leaves the optimizers with its state -- also one that a
     policy removed as a side effect, outside the modules it replaced.
     """
-    now = set(model.parameters())  # tensors hash by identity
+    # Parameters are compared by id(), as rebuild_param_groups keys them (Tensor.__hash__ is a
+    # Python-level call: hashing tensors costs several times more on large models).
+    now = {id(p) for p in model.parameters()}
     pairs: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = [
         (list(old.parameters()), list(new.parameters())) for old, new in replaced.items()
     ]
-    paired = {p for old_params, _ in pairs for p in old_params}
-    gone = {p for p in paired if p not in now}
-    unpaired = [p for p in before if p not in now and p not in paired]
+    paired = {id(p) for old_params, _ in pairs for p in old_params}
+    removed = paired - now
+    unpaired = [p for i, p in before.items() if i not in now and i not in paired]
     if unpaired:
         pairs.append((unpaired, []))
-        gone.update(unpaired)
+        removed.update(id(p) for p in unpaired)
     if not pairs:
         return
-    removed = {id(p) for p in gone}  # rebuild_param_groups takes parameter ids
     for opt in opts:
         rebuild_param_groups(opt, pairs, removed)
+
+
+def _parameters_by_id(model: nn.Module) -> dict[int, torch.Tensor]:
+    """Every parameter of ``model`` by ``id()`` (what ``model.parameters()`` yields, faster)."""
+    return {
+        id(p): p for module in model.modules() for p in module._parameters.values() if p is not None
+    }
 
 
 class _LazyReference:

@@ -111,20 +111,16 @@ def unwrap_model(module: nn.Module) -> nn.Module:
         module = inner
 
 
-# The kind of each class seen, keyed by the class itself (held, so never confused with another):
-# check_unwrapped asks for every module of a model, unwrap_model at every EMA step.
-_KINDS: dict[type, str | None] = {}
-
-
 def _wrapper_kind(cls: type) -> str | None:
-    """The name in :data:`_WRAPPERS` of the torch wrapper ``cls`` is (or derives from), if any."""
-    if cls not in _KINDS:
-        _KINDS[cls] = next(
-            (
-                base.__name__
-                for base in cls.__mro__
-                if base.__name__ in _WRAPPERS and base.__module__.startswith("torch.")
-            ),
-            None,
-        )
-    return _KINDS[cls]
+    """The name in :data:`_WRAPPERS` of the torch wrapper ``cls`` is (or derives from), if any.
+
+    Not cached: a walk of a few base classes costs about as much as a cache lookup would.
+    """
+    return next(
+        (
+            base.__name__
+            for base in cls.__mro__
+            if base.__name__ in _WRAPPERS and base.__module__.startswith("torch.")
+        ),
+        None,
+    )

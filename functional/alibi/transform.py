@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from functional._args import check_int, check_module
@@ -15,6 +16,7 @@ from surgery import (
     as_optimizer_list,
     check_unwrapped,
     replace_modules,
+    update_params_in_optimizer,
 )
 
 __all__ = ["apply_alibi"]
@@ -149,10 +151,12 @@ def apply_alibi(
     matches = _converters_for(model)  # validates everything before changing anything
     context = AlibiContext(model, max_sequence_length)
     changed = context._limits_changed
+    params_before = list(model.parameters()) if opts else []
     for module, converter in reversed(matches):  # innermost first
         changed |= bool(converter(module, context))
     if context._replacements:
         replace_modules(model, context._replacements, optimizers=opts)
+    _drop_removed_parameters(model, params_before, opts)
     disable_nested_tensor(model)
 
     already = None
@@ -160,6 +164,17 @@ def apply_alibi(
         already = f"the model already uses ALiBi with max_sequence_length={max_sequence_length}"
     _REPORT.warn(changed=changed, skipped=context._skipped, already=already)
     return model
+
+
+def _drop_removed_parameters(
+    model: nn.Module, params_before: list[nn.Parameter], opts: list[torch.optim.Optimizer]
+) -> None:
+    """Parameters a converter removed in place (not through ``context.replace_module``, which
+    the engine handles) leave the optimizers with their state, as the engine's own do."""
+    remaining = {id(p) for p in model.parameters()}
+    removed = [p for p in params_before if id(p) not in remaining]
+    if removed:
+        update_params_in_optimizer(removed, [], opts)
 
 
 def _converters_for(model: nn.Module) -> list[tuple[nn.Module, AlibiConverter]]:

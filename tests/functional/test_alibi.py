@@ -645,6 +645,28 @@ def test_replace_module_keeps_optimizers_consistent_and_replaces_every_alias():
         fn.unregister_alibi(TwoTowers)
 
 
+def test_parameters_a_converter_removes_in_place_leave_the_optimizers():
+    def drop_head_bias(module, context):
+        if module.head.bias is None:
+            return False
+        module.head.bias = None  # in place, not through context.replace_module
+        return True
+
+    model = TwoTowers()
+    bias = model.head.bias
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.randn(2, 8)).sum().backward()
+    opt.step()
+    fn.register_alibi(TwoTowers, drop_head_bias)
+    try:
+        fn.apply_alibi(model, 16, optimizers=opt)
+    finally:
+        fn.unregister_alibi(TwoTowers)
+    held = {id(p) for g in opt.param_groups for p in g["params"]}
+    assert held == {id(p) for p in model.parameters()}
+    assert bias not in opt.state and model.head.weight in opt.state
+
+
 def test_replace_module_of_a_module_outside_the_model_is_refused():
     def replace_stranger(module, context):
         context.replace_module(nn.Linear(8, 8), nn.Identity())
