@@ -13,6 +13,7 @@ import numbers
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -33,6 +34,9 @@ __all__ = [
     "settle_new_parameters",
     "warn_no_effect",
 ]
+
+# The class clone_module_as builds, so that callers get that class back (not nn.Module).
+_ModuleT = TypeVar("_ModuleT", bound=nn.Module)
 
 
 def warn_no_effect(transform: str, looked_for: str, *, stacklevel: int = 3) -> None:
@@ -109,7 +113,7 @@ class NoEffectReport:
             warn_no_effect(self.transform, looked_for, stacklevel=stacklevel + 1)
 
 
-def clone_module_as(module: nn.Module, cls: type[nn.Module]) -> nn.Module:
+def clone_module_as(module: nn.Module, cls: type[_ModuleT]) -> _ModuleT:
     """A new instance of ``cls`` that shares ``module``'s parameters, buffers and submodules.
 
     The building block of the replacement policies that subclass the layer they replace

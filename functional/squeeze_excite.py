@@ -143,7 +143,6 @@ class SqueezeExciteConv2d(nn.Conv2d):
         if not isinstance(conv, nn.Conv2d):
             raise TypeError(f"conv must be an nn.Conv2d, got {type(conv).__name__}")
         new = clone_module_as(conv, cls)
-        assert isinstance(new, cls)  # clone_module_as builds a cls; its annotation says Module
         new._init_se(latent_channels)
         return new
 

@@ -146,7 +146,6 @@ class BlurConv2d(_BlurTaps, nn.Conv2d):
         if not isinstance(conv, nn.Conv2d):
             raise TypeError(f"conv must be an nn.Conv2d, got {type(conv).__name__}")
         new = clone_module_as(conv, cls)
-        assert isinstance(new, BlurConv2d)
         new._init_blur(blur_first)
         return new
 
