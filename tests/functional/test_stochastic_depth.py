@@ -12,7 +12,6 @@ from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
 import functional as F
-import functional.stochastic_depth as sd
 from functional import (
     STOCHASTIC_BLOCKS,
     StochasticBasicBlock,
@@ -21,6 +20,7 @@ from functional import (
     apply_stochastic_depth,
     register_stochastic_block,
 )
+from functional.stochastic_depth import generators
 from tests.devicecheck import no_host_reads
 from tests.functional._model_checks import (
     assert_dtype,
@@ -154,7 +154,7 @@ def test_decisions_are_reproducible_and_shared_or_independent_across_ranks(monke
         return [[b.block_scale() > 0 for b in blocks] for _ in range(n)]
 
     def build(rank, shared, seed=123):
-        monkeypatch.setattr(sd, "_rank", lambda: rank)
+        monkeypatch.setattr(generators, "_rank", lambda: rank)
         model = torchvision.models.resnet18().train()
         apply_stochastic_depth(
             model,
@@ -284,7 +284,7 @@ def test_device_decisions_without_skipping():
     """skip_dropped=False: every branch runs and every parameter gets a gradient (no
     find_unused_parameters under DDP); the decisions keep the rate and the 1/(1-p) scale."""
     block = StochasticBasicBlock(4, 4, drop_rate=0.25, skip_dropped=False).train()
-    block._drop_generators = sd._DropGenerators(5, shared=True)
+    block._drop_generators = generators._DropGenerators(5, shared=True)
     branch = torch.ones(1, 1, 1, 1)
     scales = torch.stack([block.device_scale(branch) for _ in range(4000)]).flatten()
     assert set(scales.tolist()) <= {0.0, torch.tensor(1 / 0.75).item()}

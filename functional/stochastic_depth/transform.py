@@ -1,0 +1,150 @@
+"""Stochastic depth's model transform :func:`apply_stochastic_depth`: converts the registered
+blocks in place, spreading the drop rate over them (``'linear'`` or ``'uniform'``) and giving
+the model its generators."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import nn
+
+from functional._args import check_bool, check_int, check_module, check_one_of, check_probability
+from functional._policies import clone_module_as, warn_no_effect
+from functional.stochastic_depth.generators import _agreed_seed, _DropGenerators
+from functional.stochastic_depth.layers import _METHODS
+from functional.stochastic_depth.registry import STOCHASTIC_BLOCKS
+from surgery import OptimizerArg, replace_module_classes
+
+__all__ = ["apply_stochastic_depth"]
+
+_DISTRIBUTIONS = ("uniform", "linear")
+
+
+def apply_stochastic_depth(
+    model: nn.Module,
+    stochastic_method: str,
+    target_layer_name: str,
+    drop_rate: float = 0.2,
+    drop_distribution: str = "linear",
+    use_same_gpu_seed: bool = True,
+    optimizers: OptimizerArg = None,
+    *,
+    seed: int | None = None,
+    skip_dropped: bool = True,
+) -> nn.Module:
+    """Give the residual blocks of ``model`` stochastic depth, in place.
+
+    Every block of the type registered as ``target_layer_name`` (exact type) is converted to
+    its stochastic form, sharing its submodules and parameters. While training, block ``l``
+    (1-based, in ``model.modules()`` order, of ``L``) drops its residual branch with
+    probability
+
+    .. math::
+        p_l = p \\cdot \\tfrac{l}{L} \\ (\\texttt{'linear'}), \\qquad
+        p_l = p \\ (\\texttt{'uniform'}),
+
+    and scales a kept branch by :math:`1/(1-p_l)`, so the expected output is the deterministic
+    one and evaluation computes exactly what the unmodified model computes. ``'block'`` drops
+    the whole branch for the batch; ``'sample'`` drops it for each sample independently.
+
+    Randomness: the transform gives the model one generator per device, seeded from ``seed``
+    (default: derived from ``torch.initial_seed()``). With ``use_same_gpu_seed=True`` the
+    ``'block'`` decisions come from the same seed on every rank (rank 0's seed is broadcast once
+    here when ``torch.distributed`` is initialised, so call this on every rank, after
+    ``init_process_group``), and every rank drops the same blocks at every step; with ``False``
+    each rank's stream is seeded by (seed, rank), so ranks decide independently.
+    ``'sample'`` decisions always come from the rank's own stream. Neither mode ever waits
+    for the device.
+
+    Two ways to decide in ``'block'`` mode:
+
+    - eager mode with ``skip_dropped=True`` (default): the decision is drawn on the host (from
+      a CPU stream, so no device read) before the branch runs, and a dropped branch is not
+      computed at all: the step saves that branch's forward and backward. Wrap the model in
+      ``DistributedDataParallel(..., find_unused_parameters=True)`` (a dropped branch's
+      parameters get no gradient in that step).
+    - under ``torch.compile`` (chosen automatically, ``torch.compiler.is_compiling()``) or
+      with ``skip_dropped=False``: the decision is a 0-d device tensor ``m`` (0 or
+      ``1/(1-p)``) and the block adds ``m · branch``; every branch runs (no saving), but the
+      graph is one graph for every draw and every rate (no break, no recompile), all
+      parameters get a (zero) gradient, and nothing depends on host values (CUDA graphs).
+
+    The two paths differ only in what a dropped branch leaves behind: skipped, its BatchNorm
+    statistics are not updated and its parameters get no gradient (``None``: momentum and
+    weight decay skip them that step); multiplied by 0, its statistics are updated and its
+    gradients are zero. A host decision cannot be traced: compiled, it would be drawn once and
+    replayed at every step. Use the default in eager training (the saving grows with ``drop_rate``); under
+    ``torch.compile`` the device decision is used whatever ``skip_dropped`` says (measured on
+    a CPU ResNet in ``benchmarks/models.py``). Compiled draws come from torch's default
+    generator of the device (dynamo cannot trace a ``torch.Generator``), not from ``seed``.
+
+    Args:
+        model: the model to change in place.
+        stochastic_method: ``'block'`` or ``'sample'``.
+        target_layer_name: a key of :data:`STOCHASTIC_BLOCKS`: ``'ResNetBottleneck'``,
+            ``'ResNetBasicBlock'`` (torchvision) or one added by
+            :func:`register_stochastic_block`.
+        drop_rate: the base drop probability ``p`` in [0, 1] (at 1 the branch never
+            contributes while training).
+        drop_distribution: ``'linear'`` or ``'uniform'``.
+        use_same_gpu_seed: same block decisions on every rank (``True``) or independent ones.
+        optimizers: accepted for uniformity; every parameter is kept, so they need no change.
+        seed: the seed of the drop decisions (keyword only).
+        skip_dropped: eager ``'block'`` mode skips dropped branches (``True``) or multiplies
+            them by a device decision (``False``) (keyword only; see above).
+
+    Returns:
+        ``model``, changed in place.
+
+    Warns:
+        surgery.NoEffectWarning: when the model has no block of that type.
+
+    Example:
+        >>> from torchvision.models import resnet50
+        >>> model = apply_stochastic_depth(resnet50(), "block", "ResNetBottleneck", drop_rate=0.2)
+        >>> round(model.layer4[-1].drop_rate, 3), round(model.layer1[0].drop_rate, 4)
+        (0.2, 0.0125)
+
+    Reference:
+        Huang, Sun, Liu, Sedra and Weinberger, "Deep Networks with Stochastic Depth", ECCV 2016.
+    """
+    check_module(model)
+    check_one_of(stochastic_method, "stochastic_method", _METHODS)
+    if not isinstance(target_layer_name, str):
+        raise TypeError(f"target_layer_name must be a str, got {type(target_layer_name).__name__}")
+    check_one_of(target_layer_name, "target_layer_name", sorted(STOCHASTIC_BLOCKS))
+    drop_rate = check_probability(drop_rate, "drop_rate")
+    check_one_of(drop_distribution, "drop_distribution", _DISTRIBUTIONS)
+    check_bool(use_same_gpu_seed, "use_same_gpu_seed")
+    check_bool(skip_dropped, "skip_dropped")
+    if seed is not None:
+        seed = check_int(seed, "seed", minimum=0)
+
+    target, stochastic = STOCHASTIC_BLOCKS[target_layer_name]
+    count = sum(1 for m in model.modules() if type(m) is target)
+    if count == 0:
+        warn_no_effect(
+            "apply_stochastic_depth", f"{target.__module__}.{target.__qualname__} blocks"
+        )
+        return model
+    generators = _DropGenerators(_agreed_seed(seed), shared=use_same_gpu_seed)
+    share_of: Callable[[int], float]
+    if drop_distribution == "linear":
+        share_of = lambda index: (index + 1) / count  # noqa: E731
+    else:
+        share_of = lambda index: 1.0  # noqa: E731
+
+    def convert(block: nn.Module, index: int) -> nn.Module:
+        new = clone_module_as(block, stochastic)
+        share = share_of(index)
+        new._init_stochastic(
+            min(drop_rate * share, 1.0),
+            stochastic_method,
+            generators,
+            share=share,
+            skip_dropped=skip_dropped,
+        )
+        return new
+
+    replace_module_classes(model, {target: convert}, optimizers=optimizers, exact_type=True)
+    return model
