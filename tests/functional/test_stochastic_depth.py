@@ -268,6 +268,22 @@ def test_dtype_copy_and_pickle():
     assert restored.eval()(x).shape == (2, 1000)
 
 
+def test_models_pickled_before_the_package_split_still_load():
+    """Stochastic blocks pickled when stochastic_depth was one module name their classes
+    ``functional.stochastic_depth.<name>``; the package re-exports every one of them."""
+    block = StochasticBasicBlock(4, 4, drop_rate=0.3)
+    block._drop_generators = generators._DropGenerators(5, shared=True)
+    payload = pickle.dumps(block, protocol=0)  # protocol 0 writes module paths as plain lines
+    for module in ("layers", "generators"):
+        new_path = f"functional.stochastic_depth.{module}\n".encode()
+        assert new_path in payload
+        payload = payload.replace(new_path, b"functional.stochastic_depth\n")
+    restored = pickle.loads(payload)
+    assert type(restored) is StochasticBasicBlock
+    assert type(restored._drop_generators) is generators._DropGenerators
+    assert restored.drop_rate == 0.3
+
+
 @pytest.mark.parametrize("method", ["block", "sample"])
 def test_meta_device_forward(method):
     """Issue 13.8: shape-only model building on the meta device works in both modes."""
