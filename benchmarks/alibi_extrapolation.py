@@ -29,7 +29,7 @@ import time
 import warnings
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as TF
 
 import functional
 from benchmarks._harness import Table, main_for, peer, synchronize
@@ -72,7 +72,7 @@ def true_process_loss(table: torch.Tensor, seqs: torch.Tensor) -> float:
 
 def lm_loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
     logits = model(ids).logits
-    return F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
+    return TF.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
 
 
 def build(n_positions: int, width: int, layers: int, seed: int):

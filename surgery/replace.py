@@ -25,22 +25,11 @@ import torch
 from torch import nn
 
 from surgery._types import OptimizerArg, ReplacementFunction, as_optimizer_list
+from surgery.handover import LazyReference, adopt, check_backward_hooks, plan_move
 from surgery.optim import rebuild_param_groups
 from surgery.wrappers import check_unwrapped
 
 __all__ = ["count_module_instances", "replace_module_classes", "replace_modules"]
-
-# Hook dictionaries of nn.Module that belong to the user, not to the module's implementation.
-# RemovableHandle keeps weak references to these dict objects, so they move as objects.
-_HOOK_DICTS = (
-    "_forward_pre_hooks",
-    "_forward_pre_hooks_with_kwargs",
-    "_forward_hooks",
-    "_forward_hooks_with_kwargs",
-    "_forward_hooks_always_called",
-    "_backward_pre_hooks",
-    "_backward_hooks",
-)
 
 
 def replace_module_classes(
@@ -373,13 +362,13 @@ class _Walk:
 
 def _install(model: nn.Module, walk: _Walk) -> None:
     """Check everything that can be refused, then adopt and install every replacement."""
-    fallback = _LazyReference(model)
+    fallback = LazyReference(model)
     pairs = list(walk.replaced.items())
-    moves = [_plan_move(old, new, fallback) for old, new in pairs]
+    moves = [plan_move(old, new, fallback) for old, new in pairs]
     for old, new in pairs:
-        _check_backward_hooks(old, new)
+        check_backward_hooks(old, new)
     for (old, new), move in zip(pairs, moves, strict=True):
-        _adopt(old, new, move)
+        adopt(old, new, move)
     for parent, name, new in walk.installs:
         parent._modules[name] = new
 
@@ -419,109 +408,3 @@ def _parameters_by_id(model: nn.Module) -> dict[int, torch.Tensor]:
     return {
         id(p): p for module in model.modules() for p in module._parameters.values() if p is not None
     }
-
-
-class _LazyReference:
-    """The model's first floating tensor, looked up only when a replaced module has none."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self._model = model
-        self._found: torch.Tensor | None = None
-        self._searched = False
-
-    def get(self) -> torch.Tensor | None:
-        if not self._searched:
-            self._searched = True
-            self._found = _first_tensor(self._model)
-        return self._found
-
-
-def _first_tensor(module: nn.Module) -> torch.Tensor | None:
-    """The first floating parameter or buffer of ``module``, else the first tensor of any dtype."""
-    any_tensor = None
-    for t in _tensors(module):
-        if t.is_floating_point():
-            return t
-        if any_tensor is None:
-            any_tensor = t
-    return any_tensor
-
-
-def _tensors(module: nn.Module) -> Iterator[torch.Tensor]:
-    yield from module.parameters()
-    yield from module.buffers()
-
-
-_Move = tuple[torch.device, "torch.dtype | None"] | None
-
-
-def _plan_move(old: nn.Module, new: nn.Module, fallback: _LazyReference) -> _Move:
-    """Where ``new`` must go: ``old``'s device and floating dtype (the model's first floating
-    tensor stands in for what ``old`` lacks). ``None`` when nothing has to move.
-
-    Raises ``ValueError`` for a replacement holding meta tensors (no data) for a real module.
-    """
-    own = _first_tensor(old)
-    device = own.device if own is not None else None
-    dtype = own.dtype if own is not None and own.is_floating_point() else None
-    if device is None or dtype is None:
-        model_ref = fallback.get()
-        if model_ref is not None:
-            device = device if device is not None else model_ref.device
-            if dtype is None and model_ref.is_floating_point():
-                dtype = model_ref.dtype
-    if device is None:
-        return None
-    needs_move = False
-    for t in _tensors(new):
-        if t.device != device:
-            if t.is_meta:
-                raise ValueError(
-                    f"the replacement {type(new).__name__} for a {type(old).__name__} on "
-                    f"{device} holds tensors on the meta device, which have no data to move; "
-                    "build the replacement's new tensors on the replaced module's device (or "
-                    "reuse its parameters), or call model.to_empty(device=...) afterwards"
-                )
-            needs_move = True
-        elif dtype is not None and t.is_floating_point() and t.dtype != dtype:
-            needs_move = True
-    return (device, dtype) if needs_move else None
-
-
-def _check_backward_hooks(old: nn.Module, new: nn.Module) -> None:
-    """Torch runs a module's backward hooks either all as full or all as legacy hooks."""
-    old_kind = getattr(old, "_is_full_backward_hook", None)
-    new_kind = getattr(new, "_is_full_backward_hook", None)
-    if old._backward_hooks and new._backward_hooks and old_kind != new_kind:
-        raise ValueError(
-            f"cannot move the backward hooks of a {type(old).__name__} to its replacement "
-            f"{type(new).__name__}: one has full backward hooks (register_full_backward_hook), "
-            "the other legacy ones (register_backward_hook), and torch cannot run both on one "
-            "module; register the same kind on both"
-        )
-
-
-def _adopt(old: nn.Module, new: nn.Module, move: _Move) -> None:
-    """Give ``new`` the place of ``old``: device, floating dtype, train/eval mode and hooks."""
-    if move is not None:
-        device, dtype = move
-
-        def convert(t: torch.Tensor) -> torch.Tensor:
-            # floating tensors take the dtype; integer, bool and complex tensors keep theirs
-            # (Module.to(dtype) would cast complex tensors to real, dropping imaginary parts)
-            return t.to(device=device, dtype=dtype if t.is_floating_point() else None)
-
-        new._apply(convert)
-    if new.training != old.training:
-        new.train(old.training)
-    if old._backward_hooks and getattr(old, "_is_full_backward_hook", None) is not None:
-        # whether the backward hooks are full or legacy ones is a flag on the module
-        new._is_full_backward_hook = old._is_full_backward_hook
-    for attr in _HOOK_DICTS:
-        old_hooks = getattr(old, attr, None)
-        if not old_hooks:
-            continue
-        new_hooks = getattr(new, attr)
-        old_hooks.update(new_hooks)  # the replacement's own hooks run after the user's
-        object.__setattr__(new, attr, old_hooks)
-        object.__setattr__(old, attr, type(old_hooks)())

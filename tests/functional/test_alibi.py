@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as TF
 from torch import nn
 
 import functional as fn
@@ -529,7 +529,7 @@ class TinyAttention(nn.Module):
         q, k, v = self.qkv(x).view(b, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
         mask = None if self.alibi is None else self.alibi(n, device=x.device, dtype=x.dtype)
         return (
-            F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(b, n, d)
+            TF.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(b, n, d)
         )
 
 
@@ -554,7 +554,7 @@ def test_registry_extension_with_a_user_class():
         assert model[0].alibi is model[1].alibi  # one shared cache
         x = torch.randn(1, 5, 8)
         q, k, v = model[0].qkv(x).view(1, 5, 3, 2, -1).permute(2, 0, 3, 1, 4)
-        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=slow_bias(2, 5, 5).float())
+        ref = TF.scaled_dot_product_attention(q, k, v, attn_mask=slow_bias(2, 5, 5).float())
         torch.testing.assert_close(model[0](x), ref.transpose(1, 2).reshape(1, 5, 8))
     finally:
         fn.unregister_alibi(TinyAttention)

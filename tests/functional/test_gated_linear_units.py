@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as TF
 from torch import nn
 
 import functional as fn
@@ -70,24 +70,24 @@ def test_gate_initialisation_scale_and_generator():
     linear = nn.Linear(64, 128)
     with torch.no_grad():
         linear.weight.normal_(std=0.02)
-    a = GatedLinear.from_linear(linear, F.gelu, generator=torch.Generator().manual_seed(3))
-    b = GatedLinear.from_linear(linear, F.gelu, generator=torch.Generator().manual_seed(3))
+    a = GatedLinear.from_linear(linear, TF.gelu, generator=torch.Generator().manual_seed(3))
+    b = GatedLinear.from_linear(linear, TF.gelu, generator=torch.Generator().manual_seed(3))
     assert torch.equal(a.gate.weight, b.gate.weight)
     assert a.gate.bias is None
     assert abs(a.gate.weight.std().item() - linear.weight.std().item()) < 0.002
     with torch.no_grad():
         linear.weight.zero_()  # degenerate scale: falls back to 1/sqrt(in_features)
-    c = GatedLinear.from_linear(linear, F.gelu)
+    c = GatedLinear.from_linear(linear, TF.gelu)
     assert abs(c.gate.weight.std().item() - 64**-0.5) < 0.02
 
 
 def test_value_bias_options():
     linear = nn.Linear(4, 6)
-    assert GatedLinear.from_linear(linear, F.relu, value_bias=False).bias is None
+    assert GatedLinear.from_linear(linear, TF.relu, value_bias=False).bias is None
     no_bias = nn.Linear(4, 6, bias=False)
-    added = GatedLinear.from_linear(no_bias, F.relu, value_bias=True)
+    added = GatedLinear.from_linear(no_bias, TF.relu, value_bias=True)
     assert torch.equal(added.bias, torch.zeros(6))
-    kept = GatedLinear.from_linear(no_bias, F.relu)
+    kept = GatedLinear.from_linear(no_bias, TF.relu)
     assert kept.bias is None and "bias" in kept._parameters
     assert sorted(kept.state_dict()) == ["gate.weight", "weight"]
 
@@ -171,9 +171,9 @@ def test_bert_idempotent_and_checkpoint_remap():
 
 def reference_ffn(layer, x):
     gated = layer.linear1
-    hidden = gated.activation(F.linear(x, gated.gate.weight, gated.gate.bias))
-    hidden = hidden * F.linear(x, gated.weight, gated.bias)
-    return F.linear(hidden, layer.linear2.weight, layer.linear2.bias)
+    hidden = gated.activation(TF.linear(x, gated.gate.weight, gated.gate.bias))
+    hidden = hidden * TF.linear(x, gated.weight, gated.bias)
+    return TF.linear(hidden, layer.linear2.weight, layer.linear2.bias)
 
 
 def self_attention(layer, x, padding):
