@@ -12,9 +12,10 @@ from surgery._types import NoEffectWarning, OptimizerArg, ReplacementFunction, a
 from surgery.checkpoint import fill_missing_entries, remap_state_dict
 from surgery.optim import update_params_in_optimizer
 from surgery.replace import count_module_instances, replace_module_classes, replace_modules
-from surgery.wrappers import check_unwrapped, unwrap_model
+from surgery.wrappers import WRAPPER_PREFIXES, check_unwrapped, unwrap_model
 
 __all__ = [
+    "WRAPPER_PREFIXES",
     "NoEffectWarning",
     "OptimizerArg",
     "ReplacementFunction",

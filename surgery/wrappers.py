@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-__all__ = ["check_unwrapped", "unwrap_model"]
+__all__ = ["WRAPPER_PREFIXES", "check_unwrapped", "unwrap_model"]
 
 
 class _Wrapper(NamedTuple):
@@ -49,6 +49,14 @@ _WRAPPERS = {
         "(compiled._orig_mod) before calling torch.compile, then compile it again",
     ),
 }
+
+
+WRAPPER_PREFIXES: tuple[str, ...] = tuple(
+    f"{w.inner}." for w in _WRAPPERS.values() if w.inner is not None
+)
+"""The state-dict key prefixes added by the wrappers :func:`unwrap_model` looks through
+(``"module."`` for DDP, ``"_orig_mod."`` for ``torch.compile``), in the order of their
+table; for reading a checkpoint saved from a wrapped model into the bare one."""
 
 
 def check_unwrapped(model: nn.Module) -> None:

@@ -98,6 +98,7 @@ EXTENSIONS = {
         "fill_missing_entries",
         "replace_modules",
         "unwrap_model",
+        "WRAPPER_PREFIXES",
     ],
     "functional": [
         "SWA",

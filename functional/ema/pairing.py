@@ -14,15 +14,13 @@ from typing import TypeGuard
 import torch
 from torch import nn
 
-from surgery import unwrap_model
+from surgery import WRAPPER_PREFIXES, unwrap_model
 
 try:  # torch.distributed may be missing from some builds
     from torch.distributed.tensor import DTensor
 except ImportError:  # pragma: no cover
     DTensor = None  # type: ignore[assignment,misc]
 
-# State-dict key prefixes added by the wrappers that surgery.unwrap_model looks through.
-_PREFIXES = ("module.", "_orig_mod.")
 
 _PLAIN = (torch.Tensor, nn.Parameter)
 _PLAIN_KINDS = {torch.Tensor, nn.Parameter}
@@ -260,7 +258,7 @@ def _named_tensors(module: nn.Module) -> tuple[dict[str, torch.Tensor], set[str]
 
 def _strip_wrapper_prefixes(state: Mapping[str, object], names: Mapping[str, object]) -> Mapping:
     """Accept a state dict saved from a DDP-wrapped or compiled model (``module.`` keys)."""
-    for prefix in _PREFIXES:
+    for prefix in WRAPPER_PREFIXES:
         if (
             state
             and all(k.startswith(prefix) for k in state)
