@@ -53,12 +53,23 @@ from augment._common import (
     resolve_set,
     set_repr,
 )
-from augment.batched_ops import KINDS, apply_plan, check_batch, from_levels, plan_ops, to_levels
+from augment.batched_ops import (
+    KINDS,
+    apply_grouped,
+    apply_plan,
+    check_batch,
+    from_levels,
+    from_levels8,
+    plan_ops,
+    to_levels,
+    to_levels8,
+)
 
 __all__ = ["BatchAugMix", "BatchRandAugment", "batch_augment_and_mix", "batch_randaugment"]
 
 _KIND_OF = {getattr(_P, kind): kind for kind in KINDS}
-CPU_CHUNK = 2**18  # values per group of samples on CPU (1 MiB of float32)
+CPU_CHUNK = 2**18  # values per group of samples, all-families path on CPU (1 MiB of float32)
+GROUPED = True  # eager CPU batches run each family on the samples that chose it (see _grouped)
 _GAMMA_TRIES = 8  # Marsaglia-Tsang candidates per draw; all rejected: < 1e-10 for alpha >= 1
 
 
@@ -96,6 +107,15 @@ def _check_generator(generator: object, x: Tensor) -> torch.Generator | None:
             f"{generator.device.type}; create it with torch.Generator(device=x.device)"
         )
     return generator
+
+
+def _grouped(x: Tensor) -> bool:
+    """Whether ``x`` takes the grouped path: eager CPU (the op indices are host values there)."""
+    return GROUPED and x.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def _layer(plan: dict[str, Tensor], *index: int | slice) -> dict[str, Tensor]:
+    return {key: t[index] for key, t in plan.items()}
 
 
 def _chunks(v: Tensor) -> list[slice]:
@@ -203,10 +223,38 @@ def _augmix_levels(
         for i in range(width):
             chain = v[s]
             for k in range(layers):
-                chain = apply_plan(chain, {key: t[s, i, k] for key, t in plan.items()}, kinds)
+                chain = apply_plan(chain, _layer(plan, s, i, k), kinds)
             acc.addcmul_(chain, mix[s, i])
         parts.append(acc)
     return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _augmix_grouped(
+    x: Tensor,
+    kinds: tuple[str, ...],
+    severity: float,
+    depth: int,
+    width: int,
+    alpha: float,
+    g: torch.Generator | None,
+) -> Tensor:
+    """:func:`_augmix_levels` family by family on uint8 (eager CPU): the same draws and values."""
+    n = x.shape[0]
+    weights, m, ops, levels, signs = augmix_draws(
+        n, len(kinds), severity, depth, width, alpha, g, x.device
+    )
+    u = to_levels8(x)
+    # every chain of every sample at once: chain j of sample i at row j n + i
+    ops, levels, signs = (t.transpose(0, 1).reshape(width * n, -1) for t in (ops, levels, signs))
+    plan = plan_ops(ops, levels, signs, kinds, x.shape[2], x.shape[3])
+    chains = u.repeat(width, 1, 1, 1)
+    for k in range(ops.shape[1]):
+        chains = apply_grouped(chains, ops[:, k], _layer(plan, slice(None), k), kinds)
+    mix = (m.view(n, 1) * weights).view(n, width, 1, 1, 1)
+    acc = u.to(torch.float32).mul_((1.0 - m).view(n, 1, 1, 1))
+    for i in range(width):
+        acc.addcmul_(chains[i * n : (i + 1) * n], mix[:, i])
+    return acc
 
 
 def batch_augment_and_mix(
@@ -295,6 +343,8 @@ def _augmix(
     g = _check_generator(generator, x)
     if x.shape[0] == 0:
         return x.clone()
+    if _grouped(x):
+        return from_levels(_augmix_grouped(x, kinds, severity, depth, width, alpha, g), x)
     return from_levels(_augmix_levels(to_levels(x), kinds, severity, depth, width, alpha, g), x)
 
 
@@ -359,13 +409,18 @@ def _randaugment(
         return x.clone()
     ops, signs = randaugment_draws(n, len(kinds), depth, g, dev)
     level = torch.full((n, depth), float(severity), dtype=torch.float64, device=dev)
+    plan = plan_ops(ops, level, signs, kinds, x.shape[2], x.shape[3])
+    if _grouped(x):
+        u = to_levels8(x)
+        for k in range(depth):
+            u = apply_grouped(u, ops[:, k], _layer(plan, slice(None), k), kinds)
+        return from_levels8(u, x)
     v = to_levels(x)
-    plan = plan_ops(ops, level, signs, kinds, v.shape[2], v.shape[3])
     parts = []
     for s in _chunks(v):
         part = v[s]
         for k in range(depth):
-            part = apply_plan(part, {key: t[s, k] for key, t in plan.items()}, kinds)
+            part = apply_plan(part, _layer(plan, s, k), kinds)
         parts.append(part)
     return from_levels(parts[0] if len(parts) == 1 else torch.cat(parts), x)
 

@@ -1,0 +1,145 @@
+"""The per-sample parameters of the batched operations (:func:`plan_ops`): the PIL primitives'
+level scaling (:mod:`augment.primitives`) per sample, in float64 as Python computes it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from augment._batched_stages import GEOMETRIC, _blend
+
+_FIX = 65536.0  # Pillow's 16.16 fixed point
+
+
+def _posterize_step(level: Tensor) -> Tensor:
+    bits = 4 - torch.clamp((level * 0.4).trunc(), max=3.0)
+    return torch.exp2(8 - bits)  # values are kept as floor(v / step) * step
+
+
+def _solarize_threshold(level: Tensor) -> Tensor:
+    return 256 - (level * 25.6).trunc()
+
+
+def _factor(level: Tensor, sign: Tensor | None) -> Tensor:
+    if sign is None:  # the reference ("*_original") form
+        return 0.1 + 0.18 * level
+    return 1.0 + 0.09 * level * sign
+
+
+def _matrix(kind: str, level: Tensor, sign: Tensor, h: int, w: int) -> Tensor:
+    """The (N, 6) float64 inverse affine matrix of a geometric op, as the PIL kernel builds it."""
+    one, zero = torch.ones_like(level), torch.zeros_like(level)
+    if kind == "rotate":
+        t = torch.deg2rad(3.0 * level * sign)
+        cos, sin = t.cos().round(decimals=15), t.sin().round(decimals=15)
+        cx, cy = w / 2, h / 2
+        return torch.stack(
+            [cos, -sin, cx - cos * cx + sin * cy, sin, cos, cy - sin * cx - cos * cy], dim=1
+        )
+    if kind == "shear_x":
+        return torch.stack([one, 0.03 * level * sign, zero, zero, one, zero], dim=1)
+    if kind == "shear_y":
+        return torch.stack([one, zero, zero, 0.03 * level * sign, one, zero], dim=1)
+    if kind == "translate_x":
+        return torch.stack([one, zero, (level * w / 30.0).trunc() * sign, zero, one, zero], dim=1)
+    if kind == "translate_y":
+        return torch.stack([one, zero, zero, zero, one, (level * h / 30.0).trunc() * sign], dim=1)
+    raise AssertionError(kind)
+
+
+def _fixed_point(m: Tensor) -> Tensor:
+    """Pillow's 16.16 coefficients of an inverse affine matrix, pixel centres folded in."""
+    a = torch.stack(
+        [
+            m[..., 0],
+            m[..., 1],
+            m[..., 2] + 0.5 * m[..., 0] + 0.5 * m[..., 1],
+            m[..., 3],
+            m[..., 4],
+            m[..., 5] + 0.5 * m[..., 3] + 0.5 * m[..., 4],
+        ],
+        dim=-1,
+    )
+    return torch.floor(a * _FIX + 0.5).to(torch.int32)
+
+
+class _Choice:
+    """Which samples chose which operation (``op == code``)."""
+
+    def __init__(self, op: Tensor, kinds: Sequence[str]) -> None:
+        self.op = op
+        self.code = {kind: i for i, kind in enumerate(kinds)}
+
+    def __contains__(self, kind: str) -> bool:
+        return kind in self.code
+
+    def __call__(self, kind: str) -> Tensor:
+        if kind in self.code:
+            return self.op == self.code[kind]
+        return torch.zeros_like(self.op, dtype=torch.bool)
+
+
+def _plan_lut(chose: _Choice, level: Tensor, sign: Tensor) -> Tensor:
+    """The fixed tables (posterize, solarize, brightness), the identity elsewhere."""
+    ramp = torch.arange(256, device=level.device, dtype=torch.float64)
+    lut = ramp.expand(*level.shape, 256)
+    if "posterize" in chose:
+        q = _posterize_step(level).unsqueeze(-1)
+        lut = torch.where(chose("posterize").unsqueeze(-1), torch.floor(ramp / q) * q, lut)
+    if "solarize" in chose:
+        t = _solarize_threshold(level).unsqueeze(-1)
+        sol = torch.where(ramp >= t, 255.0 - ramp, ramp)
+        lut = torch.where(chose("solarize").unsqueeze(-1), sol, lut)
+    for form, s in (("", sign), ("_original", None)):
+        if "brightness" + form in chose:
+            f = _factor(level, s).float().unsqueeze(-1)
+            bright = _blend(torch.zeros((), device=level.device), ramp.float(), f).double()
+            lut = torch.where(chose("brightness" + form).unsqueeze(-1), bright, lut)
+    return lut.float()
+
+
+def _plan_factor(chose: _Choice, level: Tensor, sign: Tensor, name: str) -> Tensor:
+    """The blend factor of ``name`` (contrast, color, sharpness) per sample, 1 elsewhere."""
+    f = torch.ones(level.shape, device=level.device, dtype=torch.float64)
+    for form, s in (("", sign), ("_original", None)):
+        if name + form in chose:
+            f = torch.where(chose(name + form), _factor(level, s), f)
+    return f.float()
+
+
+def _plan_affine(chose: _Choice, level: Tensor, sign: Tensor, h: int, w: int) -> Tensor:
+    """The 16.16 affine coefficients of the geometric ops, the identity elsewhere."""
+    shape = level.shape
+    matrix = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 0.0], dtype=torch.float64, device=level.device)
+    matrix = matrix.expand(*shape, 6)
+    for kind in GEOMETRIC:
+        if kind in chose:
+            m = _matrix(kind, level.reshape(-1), sign.reshape(-1), h, w).view(*shape, 6)
+            matrix = torch.where(chose(kind).unsqueeze(-1), m, matrix)
+    return _fixed_point(matrix)
+
+
+def plan_ops(
+    op: Tensor, level: Tensor, sign: Tensor, kinds: Sequence[str], h: int, w: int
+) -> dict[str, Tensor]:
+    """The pixel-independent parameters of one operation per sample, for :func:`apply_plan`.
+
+    ``op``, ``level`` and ``sign`` have any one shape ``S`` (e.g. ``(N,)``, or ``(N, width,
+    depth)`` for all the layers of AugMix at once); every entry of the plan has leading shape
+    ``S``: ``lut`` (``S x 256``, the tables of posterize, solarize and brightness, the identity
+    elsewhere), the masks of the samples whose table depends on their pixels (autocontrast,
+    equalize), the blend factors of contrast, color and sharpness (1: identity) and
+    the 16.16 fixed-point affine coefficients (the identity for non-geometric ops).
+    """
+    chose = _Choice(op, kinds)
+    level = level.to(torch.float64)
+    sign = sign.to(torch.float64)
+    plan = {"lut": _plan_lut(chose, level, sign)}
+    plan["autocontrast"] = chose("autocontrast")
+    plan["equalize"] = chose("equalize")
+    for name in ("contrast", "color", "sharpness"):
+        plan[name] = _plan_factor(chose, level, sign, name)
+    plan["affine"] = _plan_affine(chose, level, sign, h, w)
+    return plan
