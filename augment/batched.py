@@ -69,6 +69,7 @@ __all__ = ["BatchAugMix", "BatchRandAugment", "batch_augment_and_mix", "batch_ra
 
 _KIND_OF = {getattr(_P, kind): kind for kind in KINDS}
 CPU_CHUNK = 2**18  # values per group of samples, all-families path on CPU (1 MiB of float32)
+GROUPED_CHUNK = 2**21  # values per group of samples on the grouped path
 GROUPED = True  # eager CPU batches run each family on the samples that chose it (see _grouped)
 _GAMMA_TRIES = 8  # Marsaglia-Tsang candidates per draw; all rejected: < 1e-10 for alpha >= 1
 
@@ -118,14 +119,14 @@ def _layer(plan: dict[str, Tensor], *index: int | slice) -> dict[str, Tensor]:
     return {key: t[index] for key, t in plan.items()}
 
 
-def _chunks(v: Tensor) -> list[slice]:
+def _chunks(v: Tensor, chunk: int | None = None) -> list[slice]:
     """Slices of the batch processed together: on CPU, groups of samples that stay in the
-    cache through a whole chain (about :data:`CPU_CHUNK` values); elsewhere, and under
-    ``torch.compile``, the whole batch."""
+    cache through a whole chain (about ``chunk`` values, default :data:`CPU_CHUNK`);
+    elsewhere, and under ``torch.compile``, the whole batch."""
     n = v.shape[0]
     if v.device.type != "cpu" or torch.compiler.is_compiling():
         return [slice(0, n)]
-    size = max(1, CPU_CHUNK // max(1, v[0].numel()))
+    size = max(1, (CPU_CHUNK if chunk is None else chunk) // max(1, v[0].numel()))
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
@@ -238,23 +239,30 @@ def _augmix_grouped(
     alpha: float,
     g: torch.Generator | None,
 ) -> Tensor:
-    """:func:`_augmix_levels` family by family on uint8 (eager CPU): the same draws and values."""
+    """:func:`_augmix_levels` family by family on uint8 (eager CPU), group of samples by
+    group: the same draws and values, returned in ``x``'s dtype."""
     n = x.shape[0]
     weights, m, ops, levels, signs = augmix_draws(
         n, len(kinds), severity, depth, width, alpha, g, x.device
     )
-    u = to_levels8(x)
-    # every chain of every sample at once: chain j of sample i at row j n + i
-    ops, levels, signs = (t.transpose(0, 1).reshape(width * n, -1) for t in (ops, levels, signs))
     plan = plan_ops(ops, levels, signs, kinds, x.shape[2], x.shape[3])
-    chains = u.repeat(width, 1, 1, 1)
-    for k in range(ops.shape[1]):
-        chains = apply_grouped(chains, ops[:, k], _layer(plan, slice(None), k), kinds)
     mix = (m.view(n, 1) * weights).view(n, width, 1, 1, 1)
-    acc = u.to(torch.float32).mul_((1.0 - m).view(n, 1, 1, 1))
-    for i in range(width):
-        acc.addcmul_(chains[i * n : (i + 1) * n], mix[:, i])
-    return acc
+    keep = (1.0 - m).view(n, 1, 1, 1)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    for s in _chunks(x, GROUPED_CHUNK):
+        u = to_levels8(x[s])
+        k = u.shape[0]
+        # every chain of the group at once: chain j of sample i at row j k + i
+        chains = u.repeat(width, 1, 1, 1)
+        rows = {key: t[s].transpose(0, 1).flatten(0, 1) for key, t in plan.items()}
+        op = ops[s].transpose(0, 1).flatten(0, 1)
+        for layer in range(op.shape[1]):
+            chains = apply_grouped(chains, op[:, layer], _layer(rows, slice(None), layer), kinds)
+        acc = u.to(torch.float32).mul_(keep[s])
+        for i in range(width):
+            acc.addcmul_(chains[i * k : (i + 1) * k].to(torch.float32), mix[s, i])
+        out[s] = from_levels(acc, x)
+    return out
 
 
 def batch_augment_and_mix(
@@ -344,7 +352,7 @@ def _augmix(
     if x.shape[0] == 0:
         return x.clone()
     if _grouped(x):
-        return from_levels(_augmix_grouped(x, kinds, severity, depth, width, alpha, g), x)
+        return _augmix_grouped(x, kinds, severity, depth, width, alpha, g)
     return from_levels(_augmix_levels(to_levels(x), kinds, severity, depth, width, alpha, g), x)
 
 
@@ -411,10 +419,13 @@ def _randaugment(
     level = torch.full((n, depth), float(severity), dtype=torch.float64, device=dev)
     plan = plan_ops(ops, level, signs, kinds, x.shape[2], x.shape[3])
     if _grouped(x):
-        u = to_levels8(x)
-        for k in range(depth):
-            u = apply_grouped(u, ops[:, k], _layer(plan, slice(None), k), kinds)
-        return from_levels8(u, x)
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        for s in _chunks(x, GROUPED_CHUNK):
+            u = to_levels8(x[s])
+            for k in range(depth):
+                u = apply_grouped(u, ops[s, k], _layer(plan, s, k), kinds)
+            out[s] = from_levels8(u, x)
+        return out
     v = to_levels(x)
     parts = []
     for s in _chunks(v):
