@@ -3,12 +3,12 @@ level scaling (:mod:`augment.primitives`) per sample, in float64 as Python compu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import torch
 from torch import Tensor
 
-from augment._batched_stages import GEOMETRIC, _blend
+from augment._batched_stages import FAMILIES, GEOMETRIC, _blend
 
 _FIX = 65536.0  # Pillow's 16.16 fixed point
 
@@ -68,9 +68,9 @@ def _fixed_point(m: Tensor) -> Tensor:
 class _Choice:
     """Which samples chose which operation (``op == code``)."""
 
-    def __init__(self, op: Tensor, kinds: Sequence[str]) -> None:
+    def __init__(self, op: Tensor, kinds: Sequence[str], only: Collection[str] | None) -> None:
         self.op = op
-        self.code = {kind: i for i, kind in enumerate(kinds)}
+        self.code = {kind: i for i, kind in enumerate(kinds) if only is None or kind in only}
 
     def __contains__(self, kind: str) -> bool:
         return kind in self.code
@@ -122,7 +122,13 @@ def _plan_affine(chose: _Choice, level: Tensor, sign: Tensor, h: int, w: int) ->
 
 
 def plan_ops(
-    op: Tensor, level: Tensor, sign: Tensor, kinds: Sequence[str], h: int, w: int
+    op: Tensor,
+    level: Tensor,
+    sign: Tensor,
+    kinds: Sequence[str],
+    h: int,
+    w: int,
+    only: Collection[str] | None = None,
 ) -> dict[str, Tensor]:
     """The pixel-independent parameters of one operation per sample, for :func:`apply_plan`.
 
@@ -132,14 +138,25 @@ def plan_ops(
     elsewhere), the masks of the samples whose table depends on their pixels (autocontrast,
     equalize), the blend factors of contrast, color and sharpness (1: identity) and
     the 16.16 fixed-point affine coefficients (the identity for non-geometric ops).
+    ``only``: plan these kinds only (the others as the identity), and only the entries their
+    stages read (``lut`` absent: the identity tables).
     """
-    chose = _Choice(op, kinds)
+    chose = _Choice(op, kinds, only)
     level = level.to(torch.float64)
     sign = sign.to(torch.float64)
-    plan = {"lut": _plan_lut(chose, level, sign)}
-    plan["autocontrast"] = chose("autocontrast")
-    plan["equalize"] = chose("equalize")
+    plan: dict[str, Tensor] = {}
+    if _wanted(only, FAMILIES["lut"]):
+        plan["lut"] = _plan_lut(chose, level, sign)
+    for name in ("autocontrast", "equalize"):
+        if _wanted(only, (name,)):
+            plan[name] = chose(name)
     for name in ("contrast", "color", "sharpness"):
-        plan[name] = _plan_factor(chose, level, sign, name)
-    plan["affine"] = _plan_affine(chose, level, sign, h, w)
+        if _wanted(only, FAMILIES[name]):
+            plan[name] = _plan_factor(chose, level, sign, name)
+    if _wanted(only, GEOMETRIC):
+        plan["affine"] = _plan_affine(chose, level, sign, h, w)
     return plan
+
+
+def _wanted(only: Collection[str] | None, kinds: Sequence[str]) -> bool:
+    return only is None or any(kind in only for kind in kinds)

@@ -11,6 +11,7 @@ and the two ways of running a layer of chains with them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import torch
@@ -85,7 +86,10 @@ def _tables(v: Tensor, idx: Tensor, plan: dict[str, Tensor], kinds: frozenset[st
     equalize and contrast (which depend on the pixels) for the samples that chose them."""
     n, c, h, w = v.shape
     dev = v.device
-    lut = plan["lut"].view(n, 1, 256).expand(n, c, 256)
+    if "lut" in plan:
+        lut = plan["lut"].view(n, 1, 256).expand(n, c, 256)
+    else:  # the identity
+        lut = torch.arange(256, device=dev, dtype=torch.float32).expand(n, c, 256)
     if kinds & {"autocontrast", "equalize"}:
         hist = torch.zeros(n * c * 256, device=dev, dtype=torch.float32)
         hist.index_add_(0, idx, torch.ones((), device=dev, dtype=torch.float32).expand(idx.numel()))
@@ -199,13 +203,13 @@ def _affine_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> 
 
 
 _Stage = Callable[[Tensor, dict[str, Tensor], frozenset[str]], Tensor]
-_STAGES: dict[str, tuple[_Stage, tuple[str, ...]]] = {
-    "lut": (_table_stage, ("lut",)),
-    "hist": (_table_stage, ("lut", "autocontrast", "equalize")),
-    "contrast": (_table_stage, ("lut", "contrast")),
-    "color": (_color_stage, ("color",)),
-    "sharpness": (_sharpness_stage, ("sharpness",)),
-    "affine": (_affine_stage, ("affine",)),
+_STAGES: dict[str, _Stage] = {
+    "lut": _table_stage,
+    "hist": _table_stage,
+    "contrast": _table_stage,
+    "color": _color_stage,
+    "sharpness": _sharpness_stage,
+    "affine": _affine_stage,
 }
 
 
@@ -218,23 +222,29 @@ def _as_rows(u: Tensor) -> Tensor:
     return rows
 
 
-def family_codes(kinds: Sequence[str]) -> Tensor:
+@functools.lru_cache(maxsize=64)
+def family_codes(kinds: tuple[str, ...]) -> Tensor:
     """``table[op + 1]``: the index in :data:`FAMILIES` of ``kinds[op]``'s family (-1: none)."""
     names = list(FAMILIES)
     fam = [-1] + [next(names.index(f) for f in names if k in FAMILIES[f]) for k in kinds]
     return torch.tensor(fam, dtype=torch.int64)
 
 
-def apply_grouped(u: Tensor, op: Tensor, plan: dict[str, Tensor], kinds: Sequence[str]) -> Tensor:
-    """:func:`apply_plan` on uint8 grey levels ``u`` (CPU, eager), family by family on the
-    samples that chose it: the work per sample is that of its one operation. ``u`` is
-    updated in place (and returned); ``op``: (N,) indices into ``kinds`` (-1: unchanged).
+def apply_grouped(
+    u: Tensor, op: Tensor, level: Tensor, sign: Tensor, kinds: Sequence[str]
+) -> Tensor:
+    """:func:`apply_plan` of :func:`plan_ops` on uint8 grey levels ``u`` (CPU, eager), family
+    by family on the samples that chose it: the work per sample is that of its one operation,
+    and each family's parameters are planned for its samples only. ``u`` is updated in place
+    (and returned); ``op``, ``level``, ``sign``: (N,), as in :func:`apply_ops` (-1: unchanged).
 
     Reads ``op`` on the host (to group the samples): CPU tensors only, not for compiled code.
     The values equal :func:`apply_plan`'s on ``u``'s levels (the same stages, per sample).
     """
-    n = u.shape[0]
-    fam = family_codes(kinds).index_select(0, op + 1)
+    from augment._batched_plan import plan_ops  # the planning module imports this one
+
+    n, _, h, w = u.shape
+    fam = family_codes(tuple(kinds)).index_select(0, op + 1)
     counts = torch.bincount(fam + 1, minlength=len(FAMILIES) + 1).tolist()
     order = torch.argsort(fam, stable=True)
     rows = _as_rows(u)
@@ -242,15 +252,18 @@ def apply_grouped(u: Tensor, op: Tensor, plan: dict[str, Tensor], kinds: Sequenc
     for name, count in zip(FAMILIES, counts[1:], strict=True):
         if count == 0:
             continue
-        stage, keys = _STAGES[name]
+        stage = _STAGES[name]
         idx = order[start : start + count]
         start += count
         present = frozenset(kinds) & set(FAMILIES[name])
+        sel = (
+            (op, level, sign) if count == n else (t.index_select(0, idx) for t in (op, level, sign))
+        )
+        plan = plan_ops(*sel, kinds, h, w, only=present)
         if count == n:
-            u = stage(u, {k: plan[k] for k in keys}, present)
+            u = stage(u, plan, present)
             rows = _as_rows(u)
             continue
         part = rows.index_select(0, idx).view(torch.uint8).view(count, *u.shape[1:])
-        out = stage(part, {k: plan[k].index_select(0, idx) for k in keys}, present)
-        rows.index_copy_(0, idx, _as_rows(out.contiguous()))
+        rows.index_copy_(0, idx, _as_rows(stage(part, plan, present).contiguous()))
     return u

@@ -245,7 +245,6 @@ def _augmix_grouped(
     weights, m, ops, levels, signs = augmix_draws(
         n, len(kinds), severity, depth, width, alpha, g, x.device
     )
-    plan = plan_ops(ops, levels, signs, kinds, x.shape[2], x.shape[3])
     mix = (m.view(n, 1) * weights).view(n, width, 1, 1, 1)
     keep = (1.0 - m).view(n, 1, 1, 1)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
@@ -254,10 +253,9 @@ def _augmix_grouped(
         k = u.shape[0]
         # every chain of the group at once: chain j of sample i at row j k + i
         chains = u.repeat(width, 1, 1, 1)
-        rows = {key: t[s].transpose(0, 1).flatten(0, 1) for key, t in plan.items()}
-        op = ops[s].transpose(0, 1).flatten(0, 1)
+        op, lv, sg = (t[s].transpose(0, 1).flatten(0, 1) for t in (ops, levels, signs))
         for layer in range(op.shape[1]):
-            chains = apply_grouped(chains, op[:, layer], _layer(rows, slice(None), layer), kinds)
+            chains = apply_grouped(chains, op[:, layer], lv[:, layer], sg[:, layer], kinds)
         acc = u.to(torch.float32).mul_(keep[s])
         for i in range(width):
             acc.addcmul_(chains[i * k : (i + 1) * k].to(torch.float32), mix[s, i])
@@ -417,15 +415,15 @@ def _randaugment(
         return x.clone()
     ops, signs = randaugment_draws(n, len(kinds), depth, g, dev)
     level = torch.full((n, depth), float(severity), dtype=torch.float64, device=dev)
-    plan = plan_ops(ops, level, signs, kinds, x.shape[2], x.shape[3])
     if _grouped(x):
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
         for s in _chunks(x, GROUPED_CHUNK):
             u = to_levels8(x[s])
             for k in range(depth):
-                u = apply_grouped(u, ops[s, k], _layer(plan, s, k), kinds)
+                u = apply_grouped(u, ops[s, k], level[s, k], signs[s, k], kinds)
             out[s] = from_levels8(u, x)
         return out
+    plan = plan_ops(ops, level, signs, kinds, x.shape[2], x.shape[3])
     v = to_levels(x)
     parts = []
     for s in _chunks(v):

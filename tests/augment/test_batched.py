@@ -285,7 +285,7 @@ def test_apply_grouped_equals_apply_plan_per_layer() -> None:
     sign = torch.where(torch.rand(28, generator=g) < 0.5, -1.0, 1.0)
     plan = B.plan_ops(op, level, sign, kinds, 13, 17)
     want = B.apply_plan(B.to_levels(x), plan, kinds)
-    got = B.apply_grouped(x.clone(), op, plan, kinds)
+    got = B.apply_grouped(x.clone(), op, level, sign, kinds)
     assert got.dtype == torch.uint8
     assert torch.equal(got.float(), want)
     assert torch.equal(got[op == -1], x[op == -1])
