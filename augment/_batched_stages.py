@@ -115,10 +115,9 @@ def _color(v: Tensor, f: Tensor) -> Tensor:
     return _blend(_grey(v), v, f.view(-1, 1, 1, 1))
 
 
-def _sharpness(v: Tensor, f: Tensor) -> Tensor:
-    h, w = v.shape[2:]
-    if h < 3 or w < 3:
-        return v
+def _smooth(v: Tensor) -> tuple[Tensor, Tensor]:
+    """Pillow's ``SMOOTH`` filter of the interior pixels of float32 levels ``v``, rounded half
+    up, and those interior pixels."""
     # SMOOTH: [[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13, rounded half up, on the interior pixels
     # 3x3 box sums (integers below 2^12: exact) plus 4 x the centre, by shifted slices
     rows = v[:, :, :-2] + v[:, :, 1:-1]
@@ -128,7 +127,14 @@ def _sharpness(v: Tensor, f: Tensor) -> Tensor:
     centre = v[:, :, 1:-1, 1:-1]
     k.add_(centre, alpha=4.0)
     # floor(k / 13 + 1/2): k / 13 is never within 1/26 of a half-integer, so float32 is exact
-    smooth = k.mul_(1.0 / 13.0).add_(0.5).floor_()
+    return k.mul_(1.0 / 13.0).add_(0.5).floor_(), centre
+
+
+def _sharpness(v: Tensor, f: Tensor) -> Tensor:
+    h, w = v.shape[2:]
+    if h < 3 or w < 3:
+        return v
+    smooth, centre = _smooth(v)
     out = torch.nn.functional.pad(_blend(smooth, centre, f.view(-1, 1, 1, 1)), (1, 1, 1, 1))
     out[:, :, 0] = v[:, :, 0]  # the border is left as it is
     out[:, :, -1] = v[:, :, -1]
@@ -191,11 +197,24 @@ def _table_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> T
 
 
 def _color_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> Tensor:
-    return _color(u.to(torch.float32), plan["color"]).to(torch.uint8)
+    if u.shape[1] == 1:  # as _color
+        return u
+    grey = _grey(u)
+    f = plan["color"].view(-1, 1, 1, 1)
+    out = torch.empty_like(u)
+    for c in range(u.shape[1]):  # channel by channel: _color's values without a broadcast
+        out[:, c : c + 1] = _blend(grey, u[:, c : c + 1].to(torch.float32), f)
+    return out
 
 
 def _sharpness_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> Tensor:
-    return _sharpness(u.to(torch.float32), plan["sharpness"]).to(torch.uint8)
+    h, w = u.shape[2:]
+    if h < 3 or w < 3:
+        return u
+    smooth, centre = _smooth(u.to(torch.float32))
+    out = u.clone()  # the border is left as it is
+    out[:, :, 1:-1, 1:-1] = _blend(smooth, centre, plan["sharpness"].view(-1, 1, 1, 1))
+    return out
 
 
 def _affine_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> Tensor:
