@@ -259,7 +259,8 @@ def _augmix_grouped(
         acc = u.to(torch.float32).mul_(keep[s])
         for i in range(width):
             acc.addcmul_(chains[i * k : (i + 1) * k].to(torch.float32), mix[s, i])
-        out[s] = from_levels(acc, x)
+        # from_levels, in place: uint8 rounded half up (the copy truncates), float / 255
+        out[s] = acc.add_(0.5).clamp_(0.0, 255.0) if x.dtype == torch.uint8 else acc.div_(255.0)
     return out
 
 
