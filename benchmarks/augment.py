@@ -24,6 +24,7 @@ input, its native form; it picks the ops once per batch) and our PIL transforms 
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 
@@ -175,6 +176,7 @@ def _batched_table(kind: str, sizes: list[int], batch: int, repeats: int, device
             *(f"x vs {p}" for p in peers),
         ],
     )
+    load = [os.getloadavg()[0]] if hasattr(os, "getloadavg") else []
     for size in sizes:
         x = torch.from_numpy(np.stack([np.asarray(_image(size, s)) for s in range(batch)]))
         x = x.permute(0, 3, 1, 2).contiguous().to(device)
@@ -200,6 +202,12 @@ def _batched_table(kind: str, sizes: list[int], batch: int, repeats: int, device
             ips["ours"],
             *(ips.get(p) for p in peers),
             *(ratio(times.get(p), times["ours"]) for p in peers),
+        )
+    if load:
+        load.append(os.getloadavg()[0])
+        table.notes.append(
+            f"Load average (1 min) of the {os.cpu_count()}-core machine at start and end: "
+            f"{load[0]:.1f}, {load[1]:.1f}."
         )
     table.notes.append(
         "Ours draws every sample's chain (ops, levels, directions, weights); torchvision v2 "
