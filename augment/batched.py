@@ -7,11 +7,21 @@ after the data loader, where a GPU does the work. Each sample draws its own oper
 directions, chain depths and mixing weights, independently of the others, as the PIL transforms
 do per image. (torchvision v2's AugMix and RandAugment apply one chain to a whole batch.)
 
-How it runs: a layer of the chains is one :func:`augment.batched_ops.apply_ops` call over the
-whole batch (every family of operations applied once, each sample with its own parameters, the
-identity for those that chose another operation): no Python loop over the samples, no value
-read on the host, fixed shapes, so it compiles once under ``torch.compile`` and never
-synchronises a GPU. Per-op results equal the PIL primitives' (see :mod:`augment.batched_ops`).
+How it runs, two paths with the same draws and the same values (tested):
+
+* On accelerators and under ``torch.compile``: a layer of the chains is one
+  :func:`augment.batched_ops.apply_plan` call over the whole batch (every family of operations
+  applied once, each sample with its own parameters, the identity for those that chose another
+  operation), on float32 grey levels: no Python loop over the samples, no value read on the
+  host, fixed shapes, so it compiles once under ``torch.compile`` and never synchronises a GPU.
+* On CPU in eager mode (``x`` on the CPU, not compiling; the generator is then a CPU one):
+  :func:`augment.batched_ops.apply_grouped`, which reads the drawn operation indices (CPU
+  tensors, host values already: nothing waits on a device) to group the samples by family of
+  operations and applies each family to its own samples only, on uint8, in groups of about
+  :data:`GROUPED_CHUNK` values that stay in the cache: one operation's work per sample, as in
+  the PIL path. Still no Python loop over the samples (a loop over at most six families).
+
+Per-op results equal the PIL primitives' (see :mod:`augment.batched_ops`).
 
 Randomness comes only from ``generator`` (a ``torch.Generator`` on the batch's device; ``None``:
 torch's global generator). ``torch.compile`` cannot trace a ``torch.Generator``: compiled code
@@ -287,13 +297,14 @@ def batch_augment_and_mix(
     in :math:`[\min(0.1, s), s]` and a fair random direction. The mix is computed in float32
     over the 8-bit results of the operations.
 
-    Cost and memory: ``width * depth`` layers (``depth = -1``: ``3 * width``), each applying
-    every family of operations in the set to the whole batch (see
-    :func:`augment.batched_ops.apply_ops`). Peak extra memory, measured (process peak
-    resident size, 64 x 3 x 224 x 224): about 9 float32 copies of the batch when the whole
-    batch is processed at once (CUDA, ``torch.compile``): the input's grey levels, the running
-    mix, one chain and a layer's temporaries and indices; on CPU, where groups of about
-    :data:`CPU_CHUNK` values are processed in turn, about 4.
+    Cost and memory: ``width * depth`` layers (``depth = -1``: up to ``3`` per chain). On
+    accelerators and under ``torch.compile`` each layer applies every family of operations in
+    the set to the whole batch (see :func:`augment.batched_ops.apply_plan`); peak extra memory,
+    measured (process peak resident size, 64 x 3 x 224 x 224): about MEM_AM_ALL float32 copies of
+    the batch (the input's grey levels, the running mix, one chain, a layer's temporaries and
+    indices). On CPU (eager) each sample pays for its own operations only and the batch is
+    processed in groups of samples: about MEM_AM_GROUPED float32 copies (the output and a group's
+    chains and temporaries, a constant size whatever the batch).
 
     Shape:
         ``x``: :math:`(N, C, H, W)`, :math:`C \in \{1, 3\}`; output: the same shape, dtype and
@@ -368,10 +379,12 @@ def batch_randaugment(
     set and applies them at level ``severity`` in a fair random direction, as
     :func:`augment.randaugment` does per image.
 
-    Cost and memory: ``depth`` layers over the whole batch (see
-    :func:`augment.batched_ops.apply_ops`); peak extra memory, measured as for
-    :func:`batch_augment_and_mix`: about 10 float32 copies of the batch processed at once,
-    about 5 on CPU (groups of samples in turn).
+    Cost and memory: ``depth`` layers, each applying every family of operations to the whole
+    batch on accelerators and under ``torch.compile`` (see
+    :func:`augment.batched_ops.apply_plan`), only the drawn operation to each sample on CPU
+    (eager, grouped: see :func:`batch_augment_and_mix`); peak extra memory, measured as for
+    :func:`batch_augment_and_mix`: about MEM_RA_ALL float32 copies of the batch processed at once,
+    about MEM_RA_GROUPED on CPU (eager).
 
     Shape:
         ``x``: :math:`(N, C, H, W)`, :math:`C \in \{1, 3\}`; output: the same shape, dtype and

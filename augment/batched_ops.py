@@ -25,6 +25,13 @@ How the result relates to the PIL primitive (same level scaling, see :mod:`augme
   3x3 ``SMOOTH`` blur is rounded half up and the one-pixel border is left as it is, as in
   Pillow; images under 3 pixels a side are returned unchanged.
 
+A layer of per-sample operations runs in one of two ways with equal values:
+:func:`apply_plan` (every family of operations on every sample, float32 levels, fixed shapes,
+no host reads: for accelerators and ``torch.compile``) or :func:`apply_grouped` (each family on
+the samples that chose it, uint8 levels, grouping by host reads of the CPU op indices: eager
+CPU). The planning of the per-sample parameters lives in :mod:`augment._batched_plan`, the
+stages in :mod:`augment._batched_stages`.
+
 Float input is processed at 8-bit precision: ``x * 255`` is rounded to the nearest integer
 first, as the PIL pipeline sees the image, and each op's output is an integer grey level
 divided by 255. The result has the dtype and device of ``x``.
@@ -121,7 +128,8 @@ def to_levels8(x: Tensor) -> Tensor:
     """The batch as uint8 grey levels in a new tensor (the values of :func:`to_levels`)."""
     if x.dtype == torch.uint8:
         return x.clone(memory_format=torch.contiguous_format)
-    return (x.to(torch.float32) * 255.0).round_().clamp_(0.0, 255.0).to(torch.uint8)
+    v = (x.to(torch.float32) * 255.0).round_().clamp_(0.0, 255.0)
+    return v.to(torch.uint8, memory_format=torch.contiguous_format)
 
 
 def from_levels8(u: Tensor, like: Tensor) -> Tensor:
