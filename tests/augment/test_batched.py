@@ -438,3 +438,13 @@ def test_batched_randaugment_takes_randaugments_severity_range(call):
         with pytest.raises(ValueError, match=r"severity must be in \[1\.0, 10\.0\]"):
             call(x, bad)
     assert call(x, 1).shape == x.shape
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_channels_last_input_gives_the_same_result(dtype) -> None:
+    x = _batch(np.random.default_rng(8), 6, 3, 12, 16)
+    x = x if dtype == torch.uint8 else x.to(dtype) / 255
+    cl = x.to(memory_format=torch.channels_last)
+    for fn in (augment.batch_augment_and_mix, augment.batch_randaugment):
+        want = fn(x, generator=torch.Generator().manual_seed(6))
+        assert torch.equal(fn(cl, generator=torch.Generator().manual_seed(6)), want), fn.__name__
