@@ -24,13 +24,14 @@ _BLENDS = ("color", "contrast", "brightness", "sharpness")
 KINDS = (*_TABLES, *GEOMETRIC, *_BLENDS, *(f"{name}_original" for name in _BLENDS))
 FAMILIES: dict[str, tuple[str, ...]] = {
     "lut": ("posterize", "solarize", "brightness", "brightness_original"),  # fixed tables
-    "hist": ("autocontrast", "equalize"),  # tables from the histogram
+    "autocontrast": ("autocontrast",),  # tables from the histogram
+    "equalize": ("equalize",),
     "contrast": ("contrast", "contrast_original"),  # tables from the mean grey level
     "color": ("color", "color_original"),
     "sharpness": ("sharpness", "sharpness_original"),
     "affine": GEOMETRIC,
 }
-_TABLE_FAMILIES = ("lut", "hist", "contrast")
+_TABLE_FAMILIES = ("lut", "autocontrast", "equalize", "contrast")
 
 
 def _grey(v: Tensor) -> Tensor:
@@ -60,23 +61,23 @@ def _table_index(v: Tensor) -> Tensor:
 
 
 def _histogram_tables(hist: Tensor, lut: Tensor, plan: dict[str, Tensor], kinds, hw: int):
-    """``lut`` with the autocontrast and equalize tables of the samples that chose them."""
+    """``lut`` with the autocontrast and equalize tables of the samples that chose them, from
+    the int32 (N, C, 256) histograms, in exact integer arithmetic (Pillow's formulas)."""
     n = hist.shape[0]
-    ramp = torch.arange(256, device=hist.device, dtype=torch.float64)
+    ramp = torch.arange(256, device=hist.device, dtype=torch.int32)
     present = hist > 0
-    lo = torch.where(present, ramp, 256.0).amin(-1, keepdim=True)
-    hi = torch.where(present, ramp, -1.0).amax(-1, keepdim=True)
+    lo = torch.where(present, ramp, 256).amin(-1, keepdim=True)
+    hi = torch.where(present, ramp, -1).amax(-1, keepdim=True)
     if "autocontrast" in kinds:
-        span = (hi - lo).clamp(min=1.0)
-        stretched = torch.floor(((ramp - lo) * 510.0 + span) / (2.0 * span)).clamp(0, 255)
-        ac = torch.where(hi > lo, stretched, ramp).float()
+        span = (hi - lo).clamp_(min=1)
+        stretched = torch.div((ramp - lo) * 510 + span, 2 * span, rounding_mode="floor")
+        ac = torch.where(hi > lo, stretched.clamp_(0, 255), ramp).float()
         lut = torch.where(plan["autocontrast"].view(n, 1, 1), ac, lut)
     if "equalize" in kinds:
-        top_count = hist.gather(-1, hi.long())
-        step = torch.floor((hw - top_count) / 255.0)
-        before = hist.cumsum(-1) - hist
-        eq = torch.floor((torch.floor(step / 2) + before) / step.clamp(min=1.0)).clamp(max=255)
-        eq = torch.where(step > 0, eq, ramp).float()
+        step = torch.div(hw - hist.gather(-1, hi.long()), 255, rounding_mode="floor")
+        before = hist.cumsum(-1, dtype=torch.int32).sub_(hist)
+        eq = torch.div(before.add_(step // 2), step.clamp(min=1), rounding_mode="floor")
+        eq = torch.where(step > 0, eq.clamp_(max=255), ramp).float()
         lut = torch.where(plan["equalize"].view(n, 1, 1), eq, lut)
     return lut
 
@@ -93,7 +94,7 @@ def _tables(v: Tensor, idx: Tensor, plan: dict[str, Tensor], kinds: frozenset[st
     if kinds & {"autocontrast", "equalize"}:
         hist = torch.zeros(n * c * 256, device=dev, dtype=torch.float32)
         hist.index_add_(0, idx, torch.ones((), device=dev, dtype=torch.float32).expand(idx.numel()))
-        hist = hist.view(n, c, 256).to(torch.float64)  # counts below 2^24: exact
+        hist = hist.view(n, c, 256).to(torch.int32)  # counts below 2^24: exact
         lut = _histogram_tables(hist, lut, plan, kinds, h * w)
     if kinds & {"contrast", "contrast_original"}:
         ramp = torch.arange(256, device=dev, dtype=torch.float32)
@@ -224,7 +225,8 @@ def _affine_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> 
 _Stage = Callable[[Tensor, dict[str, Tensor], frozenset[str]], Tensor]
 _STAGES: dict[str, _Stage] = {
     "lut": _table_stage,
-    "hist": _table_stage,
+    "autocontrast": _table_stage,
+    "equalize": _table_stage,
     "contrast": _table_stage,
     "color": _color_stage,
     "sharpness": _sharpness_stage,

@@ -19,7 +19,7 @@ How it runs, two paths with the same draws and the same values (tested):
   tensors, host values already: nothing waits on a device) to group the samples by family of
   operations and applies each family to its own samples only, on uint8, in groups of about
   :data:`GROUPED_CHUNK` values that stay in the cache: one operation's work per sample, as in
-  the PIL path. Still no Python loop over the samples (a loop over at most six families).
+  the PIL path. Still no Python loop over the samples (a loop over at most seven families).
 
 Per-op results equal the PIL primitives' (see :mod:`augment.batched_ops`).
 
