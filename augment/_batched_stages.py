@@ -277,10 +277,11 @@ def apply_grouped(
         idx = order[start : start + count]
         start += count
         present = frozenset(kinds) & set(FAMILIES[name])
-        sel = (
-            (op, level, sign) if count == n else (t.index_select(0, idx) for t in (op, level, sign))
-        )
-        plan = plan_ops(*sel, kinds, h, w, only=present)
+        if count == n:
+            sel = (op, level, sign)
+        else:
+            sel = (op.index_select(0, idx), level.index_select(0, idx), sign.index_select(0, idx))
+        plan = plan_ops(sel[0], sel[1], sel[2], kinds, h, w, only=present)
         if count == n:
             u = stage(u, plan, present)
             rows = _as_rows(u)
