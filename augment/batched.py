@@ -7,11 +7,22 @@ after the data loader, where a GPU does the work. Each sample draws its own oper
 directions, chain depths and mixing weights, independently of the others, as the PIL transforms
 do per image. (torchvision v2's AugMix and RandAugment apply one chain to a whole batch.)
 
-How it runs: a layer of the chains is one :func:`augment.batched_ops.apply_ops` call over the
-whole batch (every family of operations applied once, each sample with its own parameters, the
-identity for those that chose another operation): no Python loop over the samples, no value
-read on the host, fixed shapes, so it compiles once under ``torch.compile`` and never
-synchronises a GPU. Per-op results equal the PIL primitives' (see :mod:`augment.batched_ops`).
+How it runs, two paths with the same draws and the same values (tested):
+
+* On accelerators and under ``torch.compile``: a layer of the chains is one
+  :func:`augment.batched_ops.apply_plan` call over the whole batch (every family of operations
+  applied once, each sample with its own parameters, the identity for those that chose another
+  operation), on float32 grey levels: no Python loop over the samples, no value read on the
+  host, fixed shapes, so it compiles once under ``torch.compile`` and never synchronises a GPU.
+* On CPU in eager mode (``x`` on the CPU, not compiling; the generator is then a CPU one):
+  :func:`augment.batched_ops.apply_grouped`, which reads the drawn operation indices (CPU
+  tensors, host values already: nothing waits on a device) to group the samples by family of
+  operations and applies each family to its own samples only, on uint8, in groups of samples
+  of about 2 M values (``augment._batched_paths.GROUPED_CHUNK``) that stay in the cache: one
+  operation's work per sample, as in the PIL path. Still no Python loop over the samples (a
+  loop over at most seven families).
+
+Per-op results equal the PIL primitives' (see :mod:`augment.batched_ops`).
 
 Randomness comes only from ``generator`` (a ``torch.Generator`` on the batch's device; ``None``:
 torch's global generator). ``torch.compile`` cannot trace a ``torch.Generator``: compiled code
@@ -36,7 +47,6 @@ Example (a training loop):
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,13 +57,12 @@ from torch import Tensor, nn
 from augment import primitives as _P
 from augment._args import RANDAUGMENT_MIN_SEVERITY, check_alpha, check_depth, check_severity
 from augment._base import resolve_set, set_repr
-from augment.batched_ops import KINDS, apply_plan, check_batch, from_levels, plan_ops, to_levels
+from augment._batched_paths import augmix_run, randaugment_run
+from augment.batched_ops import KINDS, check_batch
 
 __all__ = ["BatchAugMix", "BatchRandAugment", "batch_augment_and_mix", "batch_randaugment"]
 
 _KIND_OF = {getattr(_P, kind): kind for kind in KINDS}
-CPU_CHUNK = 2**18  # values per group of samples on CPU (1 MiB of float32)
-_GAMMA_TRIES = 8  # Marsaglia-Tsang candidates per draw; all rejected: < 1e-10 for alpha >= 1
 
 
 def _kinds(augmentation_set: object) -> tuple[str, ...]:
@@ -92,117 +101,6 @@ def _check_generator(generator: object, x: Tensor) -> torch.Generator | None:
     return generator
 
 
-def _chunks(v: Tensor) -> list[slice]:
-    """Slices of the batch processed together: on CPU, groups of samples that stay in the
-    cache through a whole chain (about :data:`CPU_CHUNK` values); elsewhere, and under
-    ``torch.compile``, the whole batch."""
-    n = v.shape[0]
-    if v.device.type != "cpu" or torch.compiler.is_compiling():
-        return [slice(0, n)]
-    size = max(1, CPU_CHUNK // max(1, v[0].numel()))
-    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
-
-
-def _log_gamma(alpha: float, shape: tuple[int, ...], g: torch.Generator | None, dev) -> Tensor:
-    """Logarithms of Gamma(alpha, 1) draws (Marsaglia-Tsang, boosted below alpha = 1).
-
-    A fixed number of candidates per draw keeps the shapes static; the log form keeps tiny
-    ``alpha`` exact (a draw that underflows to 0 is still ordered against the others).
-    """
-    a = alpha if alpha >= 1.0 else alpha + 1.0
-    d = a - 1.0 / 3.0
-    c = 1.0 / math.sqrt(9.0 * d)
-    z = torch.randn((*shape, _GAMMA_TRIES), generator=g, device=dev)
-    u = torch.rand((*shape, _GAMMA_TRIES), generator=g, device=dev)
-    v = (1.0 + c * z) ** 3
-    log_v = v.clamp(min=1e-30).log()
-    ok = (v > 0) & (u.log() < 0.5 * z * z + d - d * v + d * log_v)
-    first = ok.to(torch.uint8).argmax(-1, keepdim=True)
-    # no accepted candidate (vanishingly rare): v = 1, the mode
-    out = torch.where(ok.any(-1), log_v.gather(-1, first).squeeze(-1), 0.0) + math.log(d)
-    if alpha < 1.0:
-        boost = torch.rand(shape, generator=g, device=dev).clamp(min=1e-38).log() / alpha
-        out = out + boost
-    return out
-
-
-def _signs(shape: tuple[int, ...], g: torch.Generator | None, dev) -> Tensor:
-    return torch.where(torch.rand(shape, generator=g, device=dev) < 0.5, -1.0, 1.0)
-
-
-def augmix_draws(
-    n: int,
-    n_ops: int,
-    severity: float,
-    depth: int,
-    width: int,
-    alpha: float,
-    generator: torch.Generator | None = None,
-    device: torch.device | str = "cpu",
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    r"""The random draws of :func:`batch_augment_and_mix` for ``n`` samples, in its order.
-
-    Returns ``(weights, m, ops, levels, signs)``: the Dirichlet chain weights ``(n, width)``,
-    the Beta skip weights ``(n,)``, and per sample, chain and layer (``(n, width, layers)``,
-    ``layers = depth``, or 3 for ``depth = -1``) the operation's index in the set (-1: past
-    the chain's depth, nothing), its level and its direction (:math:`\pm 1`).
-    """
-    weights = _log_gamma(alpha, (n, width), generator, device).softmax(-1)  # Dirichlet(alpha)
-    pair = _log_gamma(alpha, (n, 2), generator, device)
-    m = torch.sigmoid(pair[:, 0] - pair[:, 1])  # Beta(alpha, alpha)
-    layers = depth if depth > 0 else 3
-    ops = torch.randint(0, n_ops, (n, width, layers), generator=generator, device=device)
-    if depth < 0:  # a uniform depth in {1, 2, 3} per chain; deeper layers do nothing
-        chain_depth = torch.randint(1, 4, (n, width, 1), generator=generator, device=device)
-        ops = torch.where(torch.arange(layers, device=device) < chain_depth, ops, -1)
-    low = min(0.1, severity)
-    u = torch.rand((n, width, layers), generator=generator, device=device)
-    levels = low + (severity - low) * u
-    signs = _signs((n, width, layers), generator, device)
-    return weights, m, ops, levels, signs
-
-
-def randaugment_draws(
-    n: int,
-    n_ops: int,
-    depth: int,
-    generator: torch.Generator | None = None,
-    device: torch.device | str = "cpu",
-) -> tuple[Tensor, Tensor]:
-    """The random draws of :func:`batch_randaugment`: ``(ops, signs)``, each ``(n, depth)``."""
-    ops = torch.randint(0, n_ops, (n, depth), generator=generator, device=device)
-    return ops, _signs((n, depth), generator, device)
-
-
-def _augmix_levels(
-    v: Tensor,
-    kinds: tuple[str, ...],
-    severity: float,
-    depth: int,
-    width: int,
-    alpha: float,
-    g: torch.Generator | None,
-) -> Tensor:
-    """AugMix of the float32 grey levels ``v`` (see :func:`batch_augment_and_mix`)."""
-    n = v.shape[0]
-    weights, m, ops, levels, signs = augmix_draws(
-        n, len(kinds), severity, depth, width, alpha, g, v.device
-    )
-    layers = ops.shape[-1]
-    mix = (m.view(n, 1) * weights).view(n, width, 1, 1, 1)
-    plan = plan_ops(ops, levels, signs, kinds, v.shape[2], v.shape[3])  # every layer at once
-    parts = []
-    for s in _chunks(v):  # the draws above do not depend on the chunking
-        acc = v[s] * (1.0 - m[s]).view(-1, 1, 1, 1)
-        for i in range(width):
-            chain = v[s]
-            for k in range(layers):
-                chain = apply_plan(chain, {key: t[s, i, k] for key, t in plan.items()}, kinds)
-            acc.addcmul_(chain, mix[s, i])
-        parts.append(acc)
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
 def batch_augment_and_mix(
     x: Tensor,
     severity: float = 3,
@@ -226,13 +124,14 @@ def batch_augment_and_mix(
     in :math:`[\min(0.1, s), s]` and a fair random direction. The mix is computed in float32
     over the 8-bit results of the operations.
 
-    Cost and memory: ``width * depth`` layers (``depth = -1``: ``3 * width``), each applying
-    every family of operations in the set to the whole batch (see
-    :func:`augment.batched_ops.apply_ops`). Peak extra memory, measured (process peak
-    resident size, 64 x 3 x 224 x 224): about 9 float32 copies of the batch when the whole
-    batch is processed at once (CUDA, ``torch.compile``): the input's grey levels, the running
-    mix, one chain and a layer's temporaries and indices; on CPU, where groups of about
-    :data:`CPU_CHUNK` values are processed in turn, about 4.
+    Cost and memory: ``width * depth`` layers (``depth = -1``: up to ``3`` per chain). On
+    accelerators and under ``torch.compile`` each layer applies every family of operations in
+    the set to the whole batch (see :func:`augment.batched_ops.apply_plan`); peak extra memory,
+    measured (process peak resident size, 64 x 3 x 224 x 224): about 10 float32 copies of
+    the batch (the input's grey levels, the running mix, one chain, a layer's temporaries and
+    indices). On CPU (eager) each sample pays for its own operations only and the batch is
+    processed in groups of samples: about 1.4 float32 copies (the uint8 output and about 40 MiB
+    for a group's chains and temporaries, a constant size whatever the batch).
 
     Shape:
         ``x``: :math:`(N, C, H, W)`, :math:`C \in \{1, 3\}`; output: the same shape, dtype and
@@ -289,7 +188,7 @@ def _augmix(
     g = _check_generator(generator, x)
     if x.shape[0] == 0:
         return x.clone()
-    return from_levels(_augmix_levels(to_levels(x), kinds, severity, depth, width, alpha, g), x)
+    return augmix_run(x, kinds, severity, depth, width, alpha, g)
 
 
 def batch_randaugment(
@@ -305,10 +204,12 @@ def batch_randaugment(
     set and applies them at level ``severity`` in a fair random direction, as
     :func:`augment.randaugment` does per image.
 
-    Cost and memory: ``depth`` layers over the whole batch (see
-    :func:`augment.batched_ops.apply_ops`); peak extra memory, measured as for
-    :func:`batch_augment_and_mix`: about 10 float32 copies of the batch processed at once,
-    about 5 on CPU (groups of samples in turn).
+    Cost and memory: ``depth`` layers, each applying every family of operations to the whole
+    batch on accelerators and under ``torch.compile`` (see
+    :func:`augment.batched_ops.apply_plan`), only the drawn operation to each sample on CPU
+    (eager, grouped: see :func:`batch_augment_and_mix`); peak extra memory, measured as for
+    :func:`batch_augment_and_mix`: about 9 float32 copies of the batch processed at once,
+    about 0.5 on CPU (eager: the output and a group's temporaries).
 
     Shape:
         ``x``: :math:`(N, C, H, W)`, :math:`C \in \{1, 3\}`; output: the same shape, dtype and
@@ -348,20 +249,9 @@ def _randaugment(
     """:func:`batch_randaugment` after its parameters are checked (the module's forward)."""
     check_batch(x)
     g = _check_generator(generator, x)
-    n, dev = x.shape[0], x.device
-    if n == 0 or depth == 0:
+    if x.shape[0] == 0 or depth == 0:
         return x.clone()
-    ops, signs = randaugment_draws(n, len(kinds), depth, g, dev)
-    level = torch.full((n, depth), float(severity), dtype=torch.float64, device=dev)
-    v = to_levels(x)
-    plan = plan_ops(ops, level, signs, kinds, v.shape[2], v.shape[3])
-    parts = []
-    for s in _chunks(v):
-        part = v[s]
-        for k in range(depth):
-            part = apply_plan(part, {key: t[s, k] for key, t in plan.items()}, kinds)
-        parts.append(part)
-    return from_levels(parts[0] if len(parts) == 1 else torch.cat(parts), x)
+    return randaugment_run(x, kinds, severity, depth, g)
 
 
 class BatchAugMix(nn.Module):

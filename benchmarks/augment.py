@@ -24,6 +24,7 @@ input, its native form; it picks the ops once per batch) and our PIL transforms 
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 
@@ -136,6 +137,24 @@ def _threads(n: int, fn: Callable[[], object]) -> Callable[[], None]:
     return go
 
 
+def _batched_peers(kind: str, device: str) -> tuple[Callable | None, Callable | None]:
+    """torchvision v2's transform (one chain per batch) and kornia's RandAugment, or None."""
+    v2 = peer("torchvision")
+    tv = None
+    if v2 is not None:
+        tv = (
+            v2.AugMix(severity=3, mixture_width=3, chain_depth=-1, alpha=1.0)
+            if kind == "augmix"
+            else v2.RandAugment(num_ops=2, magnitude=9)
+        )
+    kra = None
+    if kind == "randaugment" and peer("kornia") is not None:
+        from kornia.augmentation.auto import RandAugment as KorniaRandAugment
+
+        kra = KorniaRandAugment(n=2, m=9).to(device)
+    return tv, kra
+
+
 def _batched_table(kind: str, sizes: list[int], batch: int, repeats: int, device: str) -> Table:
     import augment
 
@@ -148,20 +167,7 @@ def _batched_table(kind: str, sizes: list[int], batch: int, repeats: int, device
     else:
         ours = augment.BatchRandAugment(severity=9, depth=2, generator=gen)
         pil = augment.RandAugment(severity=9, depth=2, rng=random.Random(0))
-    v2 = peer("torchvision")
-    tv = None
-    if v2 is not None:
-        tv = (
-            v2.AugMix(severity=3, mixture_width=3, chain_depth=-1, alpha=1.0)
-            if kind == "augmix"
-            else v2.RandAugment(num_ops=2, magnitude=9)
-        )
-    kornia = peer("kornia") if kind == "randaugment" else None
-    kra = None
-    if kornia is not None:
-        from kornia.augmentation.auto import RandAugment as KorniaRandAugment
-
-        kra = KorniaRandAugment(n=2, m=9).to(device)
+    tv, kra = _batched_peers(kind, device)
     name = "AugMix" if kind == "augmix" else "RandAugment"
     peers = ["torchvision v2 (1 chain/batch)"] + (["kornia"] if kind == "randaugment" else [])
     peers.append("our PIL, 1 core")
@@ -175,6 +181,7 @@ def _batched_table(kind: str, sizes: list[int], batch: int, repeats: int, device
             *(f"x vs {p}" for p in peers),
         ],
     )
+    load = [os.getloadavg()[0]] if hasattr(os, "getloadavg") else []
     for size in sizes:
         x = torch.from_numpy(np.stack([np.asarray(_image(size, s)) for s in range(batch)]))
         x = x.permute(0, 3, 1, 2).contiguous().to(device)
@@ -200,6 +207,12 @@ def _batched_table(kind: str, sizes: list[int], batch: int, repeats: int, device
             ips["ours"],
             *(ips.get(p) for p in peers),
             *(ratio(times.get(p), times["ours"]) for p in peers),
+        )
+    if load:
+        load.append(os.getloadavg()[0])
+        table.notes.append(
+            f"Load average (1 min) of the {os.cpu_count()}-core machine at start and end: "
+            f"{load[0]:.1f}, {load[1]:.1f}."
         )
     table.notes.append(
         "Ours draws every sample's chain (ops, levels, directions, weights); torchvision v2 "

@@ -1,0 +1,200 @@
+"""The per-sample parameters of the batched operations (:func:`plan_ops`): the PIL primitives'
+level scaling (:mod:`augment.primitives`) per sample, in float64 as Python computes it."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import torch
+from torch import Tensor
+
+from augment._batched_stages import _STAGES, FAMILIES, GEOMETRIC, _as_rows, _blend, family_codes
+
+_FIX = 65536.0  # Pillow's 16.16 fixed point
+
+
+def _posterize_step(level: Tensor) -> Tensor:
+    bits = 4 - torch.clamp((level * 0.4).trunc(), max=3.0)
+    return torch.exp2(8 - bits)  # values are kept as floor(v / step) * step
+
+
+def _solarize_threshold(level: Tensor) -> Tensor:
+    return 256 - (level * 25.6).trunc()
+
+
+def _factor(level: Tensor, sign: Tensor | None) -> Tensor:
+    if sign is None:  # the reference ("*_original") form
+        return 0.1 + 0.18 * level
+    return 1.0 + 0.09 * level * sign
+
+
+def _matrix(kind: str, level: Tensor, sign: Tensor, h: int, w: int) -> Tensor:
+    """The (N, 6) float64 inverse affine matrix of a geometric op, as the PIL kernel builds it."""
+    one, zero = torch.ones_like(level), torch.zeros_like(level)
+    if kind == "rotate":
+        t = torch.deg2rad(3.0 * level * sign)
+        cos, sin = t.cos().round(decimals=15), t.sin().round(decimals=15)
+        cx, cy = w / 2, h / 2
+        return torch.stack(
+            [cos, -sin, cx - cos * cx + sin * cy, sin, cos, cy - sin * cx - cos * cy], dim=1
+        )
+    if kind == "shear_x":
+        return torch.stack([one, 0.03 * level * sign, zero, zero, one, zero], dim=1)
+    if kind == "shear_y":
+        return torch.stack([one, zero, zero, 0.03 * level * sign, one, zero], dim=1)
+    if kind == "translate_x":
+        return torch.stack([one, zero, (level * w / 30.0).trunc() * sign, zero, one, zero], dim=1)
+    if kind == "translate_y":
+        return torch.stack([one, zero, zero, zero, one, (level * h / 30.0).trunc() * sign], dim=1)
+    raise AssertionError(kind)
+
+
+def _fixed_point(m: Tensor) -> Tensor:
+    """Pillow's 16.16 coefficients of an inverse affine matrix, pixel centres folded in."""
+    a = torch.stack(
+        [
+            m[..., 0],
+            m[..., 1],
+            m[..., 2] + 0.5 * m[..., 0] + 0.5 * m[..., 1],
+            m[..., 3],
+            m[..., 4],
+            m[..., 5] + 0.5 * m[..., 3] + 0.5 * m[..., 4],
+        ],
+        dim=-1,
+    )
+    return torch.floor(a * _FIX + 0.5).to(torch.int32)
+
+
+class _Choice:
+    """Which samples chose which operation (``op == code``)."""
+
+    def __init__(self, op: Tensor, kinds: Sequence[str], only: Collection[str] | None) -> None:
+        self.op = op
+        self.code = {kind: i for i, kind in enumerate(kinds) if only is None or kind in only}
+
+    def __contains__(self, kind: str) -> bool:
+        return kind in self.code
+
+    def __call__(self, kind: str) -> Tensor:
+        if kind in self.code:
+            return self.op == self.code[kind]
+        return torch.zeros_like(self.op, dtype=torch.bool)
+
+
+def _plan_lut(chose: _Choice, level: Tensor, sign: Tensor) -> Tensor:
+    """The fixed tables (posterize, solarize, brightness), the identity elsewhere."""
+    ramp = torch.arange(256, device=level.device, dtype=torch.float64)
+    lut = ramp.expand(*level.shape, 256)
+    if "posterize" in chose:
+        q = _posterize_step(level).unsqueeze(-1)
+        lut = torch.where(chose("posterize").unsqueeze(-1), torch.floor(ramp / q) * q, lut)
+    if "solarize" in chose:
+        t = _solarize_threshold(level).unsqueeze(-1)
+        sol = torch.where(ramp >= t, 255.0 - ramp, ramp)
+        lut = torch.where(chose("solarize").unsqueeze(-1), sol, lut)
+    for form, s in (("", sign), ("_original", None)):
+        if "brightness" + form in chose:
+            f = _factor(level, s).float().unsqueeze(-1)
+            bright = _blend(torch.zeros((), device=level.device), ramp.float(), f).double()
+            lut = torch.where(chose("brightness" + form).unsqueeze(-1), bright, lut)
+    return lut.float()
+
+
+def _plan_factor(chose: _Choice, level: Tensor, sign: Tensor, name: str) -> Tensor:
+    """The blend factor of ``name`` (contrast, color, sharpness) per sample, 1 elsewhere."""
+    f = torch.ones(level.shape, device=level.device, dtype=torch.float64)
+    for form, s in (("", sign), ("_original", None)):
+        if name + form in chose:
+            f = torch.where(chose(name + form), _factor(level, s), f)
+    return f.float()
+
+
+def _plan_affine(chose: _Choice, level: Tensor, sign: Tensor, h: int, w: int) -> Tensor:
+    """The 16.16 affine coefficients of the geometric ops, the identity elsewhere."""
+    shape = level.shape
+    matrix = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 0.0], dtype=torch.float64, device=level.device)
+    matrix = matrix.expand(*shape, 6)
+    for kind in GEOMETRIC:
+        if kind in chose:
+            m = _matrix(kind, level.reshape(-1), sign.reshape(-1), h, w).view(*shape, 6)
+            matrix = torch.where(chose(kind).unsqueeze(-1), m, matrix)
+    return _fixed_point(matrix)
+
+
+def plan_ops(
+    op: Tensor,
+    level: Tensor,
+    sign: Tensor,
+    kinds: Sequence[str],
+    h: int,
+    w: int,
+    only: Collection[str] | None = None,
+) -> dict[str, Tensor]:
+    """The pixel-independent parameters of one operation per sample, for :func:`apply_plan`.
+
+    ``op``, ``level`` and ``sign`` have any one shape ``S`` (e.g. ``(N,)``, or ``(N, width,
+    depth)`` for all the layers of AugMix at once); every entry of the plan has leading shape
+    ``S``: ``lut`` (``S x 256``, the tables of posterize, solarize and brightness, the identity
+    elsewhere), the masks of the samples whose table depends on their pixels (autocontrast,
+    equalize), the blend factors of contrast, color and sharpness (1: identity) and
+    the 16.16 fixed-point affine coefficients (the identity for non-geometric ops).
+    ``only``: plan these kinds only (the others as the identity), and only the entries their
+    stages read (``lut`` absent: the identity tables).
+    """
+    chose = _Choice(op, kinds, only)
+    level = level.to(torch.float64)
+    sign = sign.to(torch.float64)
+    plan: dict[str, Tensor] = {}
+    if _wanted(only, FAMILIES["lut"]):
+        plan["lut"] = _plan_lut(chose, level, sign)
+    for name in ("autocontrast", "equalize"):
+        if _wanted(only, (name,)):
+            plan[name] = chose(name)
+    for name in ("contrast", "color", "sharpness"):
+        if _wanted(only, FAMILIES[name]):
+            plan[name] = _plan_factor(chose, level, sign, name)
+    if _wanted(only, GEOMETRIC):
+        plan["affine"] = _plan_affine(chose, level, sign, h, w)
+    return plan
+
+
+def _wanted(only: Collection[str] | None, kinds: Sequence[str]) -> bool:
+    return only is None or any(kind in only for kind in kinds)
+
+
+def apply_grouped(
+    u: Tensor, op: Tensor, level: Tensor, sign: Tensor, kinds: Sequence[str]
+) -> Tensor:
+    """:func:`apply_plan` of :func:`plan_ops` on uint8 grey levels ``u`` (CPU, eager), family
+    by family on the samples that chose it: the work per sample is that of its one operation,
+    and each family's parameters are planned for its samples only. ``u`` is updated in place
+    (and returned); ``op``, ``level``, ``sign``: (N,), as in :func:`apply_ops` (-1: unchanged).
+
+    Reads ``op`` on the host (to group the samples): CPU tensors only, not for compiled code.
+    The values equal :func:`apply_plan`'s on ``u``'s levels (the same stages, per sample).
+    """
+    n, _, h, w = u.shape
+    fam = family_codes(tuple(kinds)).index_select(0, op + 1)
+    counts = torch.bincount(fam + 1, minlength=len(FAMILIES) + 1).tolist()
+    order = torch.argsort(fam, stable=True)
+    rows = _as_rows(u)
+    start = counts[0]
+    for name, count in zip(FAMILIES, counts[1:], strict=True):
+        if count == 0:
+            continue
+        stage = _STAGES[name]
+        idx = order[start : start + count]
+        start += count
+        present = frozenset(kinds) & set(FAMILIES[name])
+        if count == n:
+            sel = (op, level, sign)
+        else:
+            sel = (op.index_select(0, idx), level.index_select(0, idx), sign.index_select(0, idx))
+        plan = plan_ops(sel[0], sel[1], sel[2], kinds, h, w, only=present)
+        if count == n:
+            u = stage(u, plan, present)
+            rows = _as_rows(u)
+            continue
+        part = rows.index_select(0, idx).view(torch.uint8).view(count, *u.shape[1:])
+        rows.index_copy_(0, idx, _as_rows(stage(part, plan, present).contiguous()))
+    return u

@@ -1,0 +1,252 @@
+"""The stages of the batched operations: each applies one family of operations to a batch of
+grey levels, every sample with its own planned parameters (:func:`augment.batched_ops.plan_ops`),
+and the two ways of running a layer of chains with them.
+
+* :func:`apply_plan`, every family on every sample (the identity for those that chose another
+  family): fixed shapes, no value read on the host; for accelerators and ``torch.compile``.
+* :func:`augment._batched_plan.apply_grouped` (it plans per family, so it lives with the
+  planning), each family on the samples that chose it only (one operation's work per sample,
+  as the PIL path), on uint8: for eager CPU, where grouping reads the (host) op indices. Both
+  give the same values for the same plan (the stages are per sample).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+# The operations, by the names of their PIL primitives, and the families a stage applies.
+GEOMETRIC = ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")
+_TABLES = ("autocontrast", "equalize", "posterize", "solarize")
+_BLENDS = ("color", "contrast", "brightness", "sharpness")
+KINDS = (*_TABLES, *GEOMETRIC, *_BLENDS, *(f"{name}_original" for name in _BLENDS))
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "lut": ("posterize", "solarize", "brightness", "brightness_original"),  # fixed tables
+    "autocontrast": ("autocontrast",),  # tables from the histogram
+    "equalize": ("equalize",),
+    "contrast": ("contrast", "contrast_original"),  # tables from the mean grey level
+    "color": ("color", "color_original"),
+    "sharpness": ("sharpness", "sharpness_original"),
+    "affine": GEOMETRIC,
+}
+_TABLE_FAMILIES = ("lut", "autocontrast", "equalize", "contrast")
+
+
+def _grey(v: Tensor) -> Tensor:
+    """Pillow's 'RGB' -> 'L' conversion, exactly: (19595 R + 38470 G + 7471 B + 2^15) >> 16
+    (float32 grey levels; ``v``: uint8 or float32 levels)."""
+    if v.shape[1] == 1:
+        return v.to(torch.float32)
+    r, g, b = v.unbind(1)
+    s = r * 19595.0 + g * 38470.0  # integers below 2^24: exact in float32
+    s.add_(b * 7471.0).add_(32768.0)
+    return s.mul_(1.0 / 65536.0).floor_().unsqueeze(1)
+
+
+def _blend(d: Tensor, v: Tensor, f: Tensor) -> Tensor:
+    """``Image.blend(d, v, f)``: float32 ``d + f (v - d)``, clamped to [0, 255], truncated."""
+    # three float32 roundings in Pillow's order (no fused multiply-add)
+    t = v - d
+    t = t.mul_(f) if torch.broadcast_shapes(t.shape, f.shape) == t.shape else t * f
+    return t.add_(d).clamp_(0.0, 255.0).trunc_()
+
+
+def _table_index(v: Tensor) -> Tensor:
+    """Every value's place in the flat (N * C * 256) tables: ``256 (n C + c) + value``, int32."""
+    n, c = v.shape[:2]
+    base = torch.arange(0, n * c * 256, 256, device=v.device, dtype=torch.int32).view(n, c, 1, 1)
+    return v.to(torch.int32).add_(base).view(-1)
+
+
+def _histogram_tables(hist: Tensor, lut: Tensor, plan: dict[str, Tensor], kinds, hw: int):
+    """``lut`` with the autocontrast and equalize tables of the samples that chose them, from
+    the int32 (N, C, 256) histograms, in exact integer arithmetic (Pillow's formulas)."""
+    n = hist.shape[0]
+    ramp = torch.arange(256, device=hist.device, dtype=torch.int32)
+    present = hist > 0
+    lo = torch.where(present, ramp, 256).amin(-1, keepdim=True)
+    hi = torch.where(present, ramp, -1).amax(-1, keepdim=True)
+    if "autocontrast" in kinds:
+        span = (hi - lo).clamp_(min=1)
+        stretched = torch.div((ramp - lo) * 510 + span, 2 * span, rounding_mode="floor")
+        ac = torch.where(hi > lo, stretched.clamp_(0, 255), ramp).float()
+        lut = torch.where(plan["autocontrast"].view(n, 1, 1), ac, lut)
+    if "equalize" in kinds:
+        step = torch.div(hw - hist.gather(-1, hi.long()), 255, rounding_mode="floor")
+        before = hist.cumsum(-1, dtype=torch.int32).sub_(hist)
+        eq = torch.div(before.add_(step // 2), step.clamp(min=1), rounding_mode="floor")
+        eq = torch.where(step > 0, eq.clamp_(max=255), ramp).float()
+        lut = torch.where(plan["equalize"].view(n, 1, 1), eq, lut)
+    return lut
+
+
+def _tables(v: Tensor, idx: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> Tensor:
+    """The (N, C, 256) float32 tables of ``v``: the plan's, with those of autocontrast,
+    equalize and contrast (which depend on the pixels) for the samples that chose them."""
+    n, c, h, w = v.shape
+    dev = v.device
+    if "lut" in plan:
+        lut = plan["lut"].view(n, 1, 256).expand(n, c, 256)
+    else:  # the identity
+        lut = torch.arange(256, device=dev, dtype=torch.float32).expand(n, c, 256)
+    if kinds & {"autocontrast", "equalize"}:
+        hist = torch.zeros(n * c * 256, device=dev, dtype=torch.float32)
+        hist.index_add_(0, idx, torch.ones((), device=dev, dtype=torch.float32).expand(idx.numel()))
+        hist = hist.view(n, c, 256).to(torch.int32)  # counts below 2^24: exact
+        lut = _histogram_tables(hist, lut, plan, kinds, h * w)
+    if kinds & {"contrast", "contrast_original"}:
+        ramp = torch.arange(256, device=dev, dtype=torch.float32)
+        total = _grey(v).sum(dim=(1, 2, 3), dtype=torch.float64)
+        mean = torch.floor((2.0 * total + h * w) / (2.0 * h * w)).float().view(n, 1, 1)
+        f = plan["contrast"].view(n, 1, 1)
+        ct = _blend(mean, ramp, f)  # f = 1 (another op): the identity
+        lut = torch.where((f != 1.0), ct.expand(n, c, 256), lut)
+    return lut
+
+
+def _apply_tables(v: Tensor, idx: Tensor, lut: Tensor) -> Tensor:
+    return lut.reshape(-1).index_select(0, idx).view_as(v)
+
+
+def _color(v: Tensor, f: Tensor) -> Tensor:
+    if v.shape[1] == 1:  # a grey image has no colour to change
+        return v
+    return _blend(_grey(v), v, f.view(-1, 1, 1, 1))
+
+
+def _smooth(v: Tensor) -> tuple[Tensor, Tensor]:
+    """Pillow's ``SMOOTH`` filter of the interior pixels of float32 levels ``v``, rounded half
+    up, and those interior pixels."""
+    # SMOOTH: [[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13, rounded half up, on the interior pixels
+    # 3x3 box sums (integers below 2^12: exact) plus 4 x the centre, by shifted slices
+    rows = v[:, :, :-2] + v[:, :, 1:-1]
+    rows += v[:, :, 2:]
+    k = rows[..., :-2] + rows[..., 1:-1]
+    k += rows[..., 2:]
+    centre = v[:, :, 1:-1, 1:-1]
+    k.add_(centre, alpha=4.0)
+    # floor(k / 13 + 1/2): k / 13 is never within 1/26 of a half-integer, so float32 is exact
+    return k.mul_(1.0 / 13.0).add_(0.5).floor_(), centre
+
+
+def _sharpness(v: Tensor, f: Tensor) -> Tensor:
+    h, w = v.shape[2:]
+    if h < 3 or w < 3:
+        return v
+    smooth, centre = _smooth(v)
+    out = torch.nn.functional.pad(_blend(smooth, centre, f.view(-1, 1, 1, 1)), (1, 1, 1, 1))
+    out[:, :, 0] = v[:, :, 0]  # the border is left as it is
+    out[:, :, -1] = v[:, :, -1]
+    out[:, :, :, 0] = v[:, :, :, 0]
+    out[:, :, :, -1] = v[:, :, :, -1]
+    return out
+
+
+def _affine(v: Tensor, a: Tensor) -> Tensor:
+    """Nearest-neighbour inverse affine warp with black fill, in Pillow's 16.16 fixed point
+    (``a``: (N, 6) int32 coefficients; ``v``: any dtype, gathered as it is)."""
+    n, c, h, w = v.shape
+    dev = v.device
+    a = a.view(n, 6, 1, 1)
+    xs = torch.arange(w, device=dev, dtype=torch.int32).view(1, 1, w)
+    ys = torch.arange(h, device=dev, dtype=torch.int32).view(1, h, 1)
+    # (A2 + A0 x) per column plus (A1 y) per row: one full-size add per coordinate
+    xin = torch.add(a[:, 2] + xs * a[:, 0], ys * a[:, 1]).bitwise_right_shift_(16)
+    yin = torch.add(a[:, 5] + xs * a[:, 3], ys * a[:, 4]).bitwise_right_shift_(16)
+    # read from the image framed by one black pixel: every outside source lands on the frame
+    xin = xin.clamp_(-1, w).add_(1)
+    yin = yin.clamp_(-1, h).add_(1)
+    src = torch.add(xin, yin, alpha=w + 2).to(torch.int64).view(n, 1, h * w)
+    framed = torch.nn.functional.pad(v, (1, 1, 1, 1)).view(n, c, (h + 2) * (w + 2))
+    return framed.gather(2, src.expand(n, c, h * w)).view(n, c, h, w)
+
+
+def apply_plan(v: Tensor, plan: dict[str, Tensor], kinds: Sequence[str]) -> Tensor:
+    """One operation per sample, as planned by :func:`plan_ops` (entries of leading shape (N,)).
+
+    ``v`` holds float32 grey levels (see :func:`to_levels`). Every family of operations present
+    in ``kinds`` is applied to the whole batch, each sample with its own parameters (the
+    identity for the samples that chose another operation): one table lookup for the point
+    ops and the brightness and contrast blends, one blend with the grey image for color, one
+    3x3 blur and blend for sharpness, one fixed-point affine gather for the five geometric
+    ops. No value is read on the host. Temporaries: a few float32 copies of ``v`` at a time
+    (the largest stage, sharpness, holds about four), an int32 table index the size of ``v``
+    and an int64 gather index a third of it.
+    """
+    present = frozenset(kinds)
+    if present & {k for f in _TABLE_FAMILIES for k in FAMILIES[f]}:
+        idx = _table_index(v)
+        v = _apply_tables(v, idx, _tables(v, idx, plan, present))
+    if present & set(FAMILIES["color"]):
+        v = _color(v, plan["color"])
+    if present & set(FAMILIES["sharpness"]):
+        v = _sharpness(v, plan["sharpness"])
+    if present & set(GEOMETRIC):
+        v = _affine(v, plan["affine"])
+    return v
+
+
+# ---------------------------------------------------------------- grouped (eager CPU)
+# Each family's stage on uint8 grey levels, applied to the samples that chose the family.
+
+
+def _table_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> Tensor:
+    idx = _table_index(u)
+    return _apply_tables(u, idx, _tables(u, idx, plan, kinds).to(torch.uint8))
+
+
+def _color_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> Tensor:
+    if u.shape[1] == 1:  # as _color
+        return u
+    grey = _grey(u)
+    f = plan["color"].view(-1, 1, 1, 1)
+    out = torch.empty_like(u)
+    for c in range(u.shape[1]):  # channel by channel: _color's values without a broadcast
+        out[:, c : c + 1] = _blend(grey, u[:, c : c + 1].to(torch.float32), f)
+    return out
+
+
+def _sharpness_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> Tensor:
+    h, w = u.shape[2:]
+    if h < 3 or w < 3:
+        return u
+    smooth, centre = _smooth(u.to(torch.float32))
+    out = u.clone()  # the border is left as it is
+    out[:, :, 1:-1, 1:-1] = _blend(smooth, centre, plan["sharpness"].view(-1, 1, 1, 1))
+    return out
+
+
+def _affine_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> Tensor:
+    return _affine(u, plan["affine"])
+
+
+_Stage = Callable[[Tensor, dict[str, Tensor], frozenset[str]], Tensor]
+_STAGES: dict[str, _Stage] = {
+    "lut": _table_stage,
+    "autocontrast": _table_stage,
+    "equalize": _table_stage,
+    "contrast": _table_stage,
+    "color": _color_stage,
+    "sharpness": _sharpness_stage,
+    "affine": _affine_stage,
+}
+
+
+def _as_rows(u: Tensor) -> Tensor:
+    """``u`` as one row per sample, of 8-byte words where the row's size allows (row copies
+    of wide words are many times faster than byte by byte in torch's CPU kernels)."""
+    rows = u.view(u.shape[0], -1)
+    if rows.shape[1] % 8 == 0 and rows.is_contiguous():
+        return rows.view(torch.int64)
+    return rows
+
+
+@functools.lru_cache(maxsize=64)
+def family_codes(kinds: tuple[str, ...]) -> Tensor:
+    """``table[op + 1]``: the index in :data:`FAMILIES` of ``kinds[op]``'s family (-1: none)."""
+    names = list(FAMILIES)
+    fam = [-1] + [next(names.index(f) for f in names if k in FAMILIES[f]) for k in kinds]
+    return torch.tensor(fam, dtype=torch.int64)

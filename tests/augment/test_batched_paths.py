@@ -1,0 +1,80 @@
+"""Batched AugMix / RandAugment: the grouped CPU path (each family of operations on the samples
+that chose it, uint8) against the all-families path (every family on every sample, float32,
+the accelerator/compile path): the same draws give the same values, whatever the groups."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import augment
+from augment import _batched_paths as BP
+from augment import batched as AB
+from augment import batched_ops as B
+from tests.augment.test_batched import _batch
+
+
+def test_same_generator_seed_same_output_and_chunking_does_not_matter(monkeypatch) -> None:
+    x = torch.randint(0, 256, (10, 3, 20, 20), dtype=torch.uint8)
+    a = augment.batch_augment_and_mix(x, generator=torch.Generator().manual_seed(9))
+    monkeypatch.setattr(BP, "GROUPED_CHUNK", 1)  # one sample at a time
+    b = augment.batch_augment_and_mix(x, generator=torch.Generator().manual_seed(9))
+    assert torch.equal(a, b)
+    c = augment.batch_augment_and_mix(x, generator=torch.Generator().manual_seed(10))
+    assert not torch.equal(a, c)
+    monkeypatch.setattr(BP, "GROUPED", False)  # the all-families path, chunked the same way
+    monkeypatch.setattr(BP, "CPU_CHUNK", 1)
+    assert torch.equal(
+        augment.batch_augment_and_mix(x, generator=torch.Generator().manual_seed(9)), a
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.float64])
+@pytest.mark.parametrize("augmentation_set", ["all", "safe", "original"])
+def test_grouped_path_equals_all_families_path(monkeypatch, dtype, augmentation_set) -> None:
+    """Eager CPU runs each family on the samples that chose it (uint8); the device/compile path
+    runs every family on every sample (float32): the same draws give the same values."""
+    rs = np.random.default_rng(21)
+    for c, h, w in [(3, 20, 24), (1, 9, 11), (3, 2, 5), (3, 16, 16)]:
+        x = _batch(rs, 12, c, h, w)
+        if dtype != torch.uint8:
+            x = x.to(dtype) / 255
+        outs = []
+        for grouped in (True, False):
+            monkeypatch.setattr(BP, "GROUPED", grouped)
+            monkeypatch.setattr(BP, "GROUPED_CHUNK", 5 * c * h * w)  # groups of 5 samples
+            g = torch.Generator().manual_seed(c * h + w)
+            am = augment.batch_augment_and_mix(x, augmentation_set=augmentation_set, generator=g)
+            ra = augment.batch_randaugment(x, 7, 3, augmentation_set, generator=g)
+            outs.append((am, ra))
+        (am, ra), (am_ref, ra_ref) = outs
+        assert am.dtype == ra.dtype == dtype
+        assert torch.equal(am, am_ref), (c, h, w)
+        assert torch.equal(ra, ra_ref), (c, h, w)
+
+
+def test_apply_grouped_equals_apply_plan_per_layer() -> None:
+    """One layer of every operation (and none: -1), grouped on uint8 against every family."""
+    kinds = AB._kinds("all")
+    g = torch.Generator().manual_seed(3)
+    x = _batch(np.random.default_rng(4), 28, 3, 13, 17)
+    op = torch.arange(-1, len(kinds)).repeat(2)
+    level = torch.rand(28, generator=g, dtype=torch.float64) * 10
+    sign = torch.where(torch.rand(28, generator=g) < 0.5, -1.0, 1.0)
+    plan = B.plan_ops(op, level, sign, kinds, 13, 17)
+    want = B.apply_plan(B.to_levels(x), plan, kinds)
+    got = B.apply_grouped(x.clone(), op, level, sign, kinds)
+    assert got.dtype == torch.uint8
+    assert torch.equal(got.float(), want)
+    assert torch.equal(got[op == -1], x[op == -1])
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_channels_last_input_gives_the_same_result(dtype) -> None:
+    x = _batch(np.random.default_rng(8), 6, 3, 12, 16)
+    x = x if dtype == torch.uint8 else x.to(dtype) / 255
+    cl = x.to(memory_format=torch.channels_last)
+    for fn in (augment.batch_augment_and_mix, augment.batch_randaugment):
+        want = fn(x, generator=torch.Generator().manual_seed(6))
+        assert torch.equal(fn(cl, generator=torch.Generator().manual_seed(6)), want), fn.__name__
