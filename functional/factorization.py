@@ -8,6 +8,10 @@ layer is the best rank-``r`` approximation of the original one (Eckart–Young) 
 random re-initialisation, and exactly the original layer when ``r`` reaches its rank.
 """
 
+# Long file: one algorithm, kept whole: the SVD core, the two factorized layers built on it and
+# the transform (about a third of the lines are docstrings with the maths); split it into a
+# subpackage, as blurpool, when it grows further.
+
 from __future__ import annotations
 
 import contextlib
