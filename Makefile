@@ -27,6 +27,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check surgery functional augment tests benchmarks
+	$(PY) -m ruff format --check surgery functional augment tests benchmarks
 	$(PY) -m mypy
 
 clean:

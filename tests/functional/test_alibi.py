@@ -529,7 +529,9 @@ class TinyAttention(nn.Module):
         q, k, v = self.qkv(x).view(b, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
         mask = None if self.alibi is None else self.alibi(n, device=x.device, dtype=x.dtype)
         return (
-            TF.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(b, n, d)
+            TF.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            .transpose(1, 2)
+            .reshape(b, n, d)
         )
 
 
