@@ -16,8 +16,8 @@ import math
 import torch
 from torch import Tensor
 
+from augment._batched_plan import NOT_LUT, apply_planned
 from augment.batched_ops import (
-    apply_grouped,
     apply_plan,
     from_levels,
     from_levels8,
@@ -170,14 +170,18 @@ def _augmix_grouped(
     mix = (m.view(n, 1) * weights).view(n, width, 1, 1, 1)
     keep = (1.0 - m).view(n, 1, 1, 1)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    # every layer of every chain planned at once, layer first: (layers, width, n, ...)
+    op_t, lv_t, sg_t = (t.permute(2, 1, 0).contiguous() for t in (ops, levels, signs))
+    plan = plan_ops(op_t, lv_t, sg_t, kinds, *x.shape[2:], only=NOT_LUT)
     for s in _chunks(x, GROUPED_CHUNK):
         u = to_levels8(x[s])
         k = u.shape[0]
         # every chain of the group at once: chain j of sample i at row j k + i
         chains = u.repeat(width, 1, 1, 1)
-        op, lv, sg = (t[s].transpose(0, 1).flatten(0, 1) for t in (ops, levels, signs))
-        for layer in range(op.shape[1]):
-            chains = apply_grouped(chains, op[:, layer], lv[:, layer], sg[:, layer], kinds)
+        for layer in range(op_t.shape[0]):
+            p = {key: t[layer, :, s].flatten(0, 1) for key, t in plan.items()}
+            d = tuple(t[layer, :, s].flatten(0, 1) for t in (op_t, lv_t, sg_t))
+            chains = apply_planned(chains, d, p, kinds)
         acc = u.to(torch.float32).mul_(keep[s])
         for i in range(width):
             acc.addcmul_(chains[i * k : (i + 1) * k].to(torch.float32), mix[s, i])
@@ -209,11 +213,15 @@ def randaugment_run(
     ops, signs = randaugment_draws(n, len(kinds), depth, g, dev)
     level = torch.full((n, depth), float(severity), dtype=torch.float64, device=dev)
     if _grouped(x):
+        # every layer planned at once, layer first: (depth, n, ...)
+        op_t, lv_t, sg_t = (t.t().contiguous() for t in (ops, level, signs))
+        plan = plan_ops(op_t, lv_t, sg_t, kinds, x.shape[2], x.shape[3], only=NOT_LUT)
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
         for s in _chunks(x, GROUPED_CHUNK):
             u = to_levels8(x[s])
             for k in range(depth):
-                u = apply_grouped(u, ops[s, k], level[s, k], signs[s, k], kinds)
+                p = {key: t[k, s] for key, t in plan.items()}
+                u = apply_planned(u, (op_t[k, s], lv_t[k, s], sg_t[k, s]), p, kinds)
             out[s] = from_levels8(u, x)
         return out
     plan = plan_ops(ops, level, signs, kinds, x.shape[2], x.shape[3])

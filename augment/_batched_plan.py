@@ -3,12 +3,20 @@ level scaling (:mod:`augment.primitives`) per sample, in float64 as Python compu
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Sequence
 
 import torch
 from torch import Tensor
 
-from augment._batched_stages import _STAGES, FAMILIES, GEOMETRIC, _as_rows, _blend, family_codes
+from augment._batched_stages import (
+    _STAGES,
+    FAMILIES,
+    GEOMETRIC,
+    KINDS,
+    _as_rows,
+    _blend,
+)
 
 _FIX = 65536.0  # Pillow's 16.16 fixed point
 
@@ -162,39 +170,73 @@ def _wanted(only: Collection[str] | None, kinds: Sequence[str]) -> bool:
     return only is None or any(kind in only for kind in kinds)
 
 
+# Families that share a stage, run as one group (their stages are per sample).
+_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("lut", "contrast"),
+    ("autocontrast", "equalize"),
+    ("color",),
+    ("sharpness",),
+    ("affine",),
+)
+NOT_LUT = frozenset(KINDS) - set(FAMILIES["lut"])  # what :func:`apply_planned`'s plan holds
+_ORDER = tuple(f for group in _GROUPS for f in group)  # the families, a group's adjacent
+
+
+@functools.lru_cache(maxsize=64)
+def _ranks(kinds: tuple[str, ...]) -> Tensor:
+    """``table[op + 1]``: the place in :data:`_ORDER` of ``kinds[op]``'s family (-1: none)."""
+    family = {k: f for f, members in FAMILIES.items() for k in members}
+    return torch.tensor([-1, *(_ORDER.index(family[k]) for k in kinds)], dtype=torch.int64)
+
+
 def apply_grouped(
     u: Tensor, op: Tensor, level: Tensor, sign: Tensor, kinds: Sequence[str]
 ) -> Tensor:
     """:func:`apply_plan` of :func:`plan_ops` on uint8 grey levels ``u`` (CPU, eager), family
-    by family on the samples that chose it: the work per sample is that of its one operation,
-    and each family's parameters are planned for its samples only. ``u`` is updated in place
-    (and returned); ``op``, ``level``, ``sign``: (N,), as in :func:`apply_ops` (-1: unchanged).
+    by family on the samples that chose it: the work per sample is that of its one operation.
+    ``u`` is updated in place (and returned); ``op``, ``level``, ``sign``: (N,), as in
+    :func:`apply_ops` (-1: unchanged).
 
     Reads ``op`` on the host (to group the samples): CPU tensors only, not for compiled code.
     The values equal :func:`apply_plan`'s on ``u``'s levels (the same stages, per sample).
     """
-    n, _, h, w = u.shape
-    fam = family_codes(tuple(kinds)).index_select(0, op + 1)
-    counts = torch.bincount(fam + 1, minlength=len(FAMILIES) + 1).tolist()
-    order = torch.argsort(fam, stable=True)
+    plan = plan_ops(op, level, sign, kinds, u.shape[2], u.shape[3], only=NOT_LUT)
+    return apply_planned(u, (op, level, sign), plan, kinds)
+
+
+def apply_planned(
+    u: Tensor, draws: tuple[Tensor, Tensor, Tensor], plan: dict[str, Tensor], kinds: Sequence[str]
+) -> Tensor:
+    """:func:`apply_grouped` with ``plan``, the layer's :func:`plan_ops` of the whole batch
+    but the fixed tables (``only=NOT_LUT``; planned once, maybe with other layers, each group
+    of families reads its samples' rows). The fixed tables are planned here for the samples
+    that chose them only (a table a sample is large). The families that share a stage run as
+    one group (:data:`_GROUPS`); a group that holds every sample runs on ``u`` itself.
+    ``draws``: ``(op, level, sign)``, each (N,).
+    """
+    n = u.shape[0]
+    rank = _ranks(tuple(kinds)).index_select(0, draws[0] + 1)
+    bins = torch.bincount(rank + 1, minlength=len(_ORDER) + 1).tolist()
+    counts = dict(zip(_ORDER, bins[1:], strict=True))
+    order = torch.argsort(rank, stable=True)  # a group's families are adjacent in _ORDER
     rows = _as_rows(u)
-    start = counts[0]
-    for name, count in zip(FAMILIES, counts[1:], strict=True):
+    start = bins[0]
+    for group in _GROUPS:
+        count = sum(counts[f] for f in group)
         if count == 0:
             continue
-        stage = _STAGES[name]
-        idx = order[start : start + count]
+        present = frozenset(k for f in group if counts[f] for k in FAMILIES[f]) & set(kinds)
+        idx = None if count == n else order[start : start + count]
         start += count
-        present = frozenset(kinds) & set(FAMILIES[name])
-        if count == n:
-            sel = (op, level, sign)
-        else:
-            sel = (op.index_select(0, idx), level.index_select(0, idx), sign.index_select(0, idx))
-        plan = plan_ops(sel[0], sel[1], sel[2], kinds, h, w, only=present)
-        if count == n:
-            u = stage(u, plan, present)
-            rows = _as_rows(u)
-            continue
+        sub = {
+            f: plan[f] if idx is None else plan[f].index_select(0, idx) for f in group if f in plan
+        }
+        if counts["lut"] and "lut" in group:
+            sel = draws if idx is None else tuple(t.index_select(0, idx) for t in draws)
+            sub.update(plan_ops(*sel, kinds, *u.shape[2:], only=present & set(FAMILIES["lut"])))
+        stage = _STAGES[group[0]]
+        if idx is None:
+            return stage(u, sub, present)
         part = rows.index_select(0, idx).view(torch.uint8).view(count, *u.shape[1:])
-        rows.index_copy_(0, idx, _as_rows(stage(part, plan, present).contiguous()))
+        rows.index_copy_(0, idx, _as_rows(stage(part, sub, present).contiguous()))
     return u

@@ -12,7 +12,6 @@ and the two ways of running a layer of chains with them.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 
 import torch
@@ -242,11 +241,3 @@ def _as_rows(u: Tensor) -> Tensor:
     if rows.shape[1] % 8 == 0 and rows.is_contiguous():
         return rows.view(torch.int64)
     return rows
-
-
-@functools.lru_cache(maxsize=64)
-def family_codes(kinds: tuple[str, ...]) -> Tensor:
-    """``table[op + 1]``: the index in :data:`FAMILIES` of ``kinds[op]``'s family (-1: none)."""
-    names = list(FAMILIES)
-    fam = [-1] + [next(names.index(f) for f in names if k in FAMILIES[f]) for k in kinds]
-    return torch.tensor(fam, dtype=torch.int64)
