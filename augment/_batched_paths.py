@@ -183,8 +183,9 @@ def _augmix_grouped(
             d = tuple(t[layer, :, s].flatten(0, 1) for t in (op_t, lv_t, sg_t))
             chains = apply_planned(chains, d, p, kinds)
         acc = u.to(torch.float32).mul_(keep[s])
+        chains = chains.to(torch.float32)  # one conversion for every chain
         for i in range(width):
-            acc.addcmul_(chains[i * k : (i + 1) * k].to(torch.float32), mix[s, i])
+            acc.addcmul_(chains[i * k : (i + 1) * k], mix[s, i])
         # from_levels, in place: uint8 rounded half up (the copy truncates), float / 255
         out[s] = acc.add_(0.5).clamp_(0.0, 255.0) if x.dtype == torch.uint8 else acc.div_(255.0)
     return out
