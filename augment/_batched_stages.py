@@ -49,8 +49,16 @@ def _blend(d: Tensor, v: Tensor, f: Tensor) -> Tensor:
     """``Image.blend(d, v, f)``: float32 ``d + f (v - d)``, clamped to [0, 255], truncated."""
     # three float32 roundings in Pillow's order (no fused multiply-add)
     t = v - d
-    t = t.mul_(f) if torch.broadcast_shapes(t.shape, f.shape) == t.shape else t * f
+    t = t.mul_(f) if _fits(f.shape, t.shape) else t * f
     return t.add_(d).clamp_(0.0, 255.0).trunc_()
+
+
+def _fits(shape: Sequence[int], into: Sequence[int]) -> bool:
+    """Whether ``shape`` broadcasts to ``into`` without growing it (an in-place op may take
+    it): ``torch.broadcast_shapes(into, shape) == into``, without its cost per call."""
+    return len(shape) <= len(into) and all(
+        a == 1 or a == b for a, b in zip(reversed(shape), reversed(into), strict=False)
+    )
 
 
 def _table_index(v: Tensor) -> Tensor:
