@@ -172,7 +172,7 @@ def _augmix_grouped(
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     # every layer of every chain planned at once, layer first: (layers, width, n, ...)
     op_t, lv_t, sg_t = (t.permute(2, 1, 0).contiguous() for t in (ops, levels, signs))
-    plan = plan_ops(op_t, lv_t, sg_t, kinds, *x.shape[2:], only=NOT_LUT)
+    plan = plan_ops(op_t, lv_t, sg_t, kinds, x.shape[2], x.shape[3], only=NOT_LUT)
     for s in _chunks(x, GROUPED_CHUNK):
         u = to_levels8(x[s])
         k = u.shape[0]
@@ -180,8 +180,10 @@ def _augmix_grouped(
         chains = u.repeat(width, 1, 1, 1)
         for layer in range(op_t.shape[0]):
             p = {key: t[layer, :, s].flatten(0, 1) for key, t in plan.items()}
-            d = tuple(t[layer, :, s].flatten(0, 1) for t in (op_t, lv_t, sg_t))
-            chains = apply_planned(chains, d, p, kinds)
+            d = (op_t[layer, :, s], lv_t[layer, :, s], sg_t[layer, :, s])
+            chains = apply_planned(
+                chains, (d[0].flatten(0, 1), d[1].flatten(0, 1), d[2].flatten(0, 1)), p, kinds
+            )
         acc = u.to(torch.float32).mul_(keep[s])
         chains = chains.to(torch.float32)  # one conversion for every chain
         for i in range(width):

@@ -232,8 +232,11 @@ def apply_planned(
             f: plan[f] if idx is None else plan[f].index_select(0, idx) for f in group if f in plan
         }
         if counts["lut"] and "lut" in group:
-            sel = draws if idx is None else tuple(t.index_select(0, idx) for t in draws)
-            sub.update(plan_ops(*sel, kinds, *u.shape[2:], only=present & set(FAMILIES["lut"])))
+            op, level, sign = draws
+            if idx is not None:
+                op, level, sign = (t.index_select(0, idx) for t in draws)
+            h, w = u.shape[2], u.shape[3]
+            sub.update(plan_ops(op, level, sign, kinds, h, w, only=present & set(FAMILIES["lut"])))
         stage = _STAGES[group[0]]
         if idx is None:
             return stage(u, sub, present)
