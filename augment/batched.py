@@ -19,8 +19,10 @@ How it runs, two paths with the same draws and the same values (tested):
   tensors, host values already: nothing waits on a device) to group the samples by family of
   operations and applies each family to its own samples only, on uint8, in groups of samples
   of about 2 M values (``augment._batched_paths.GROUPED_CHUNK``) that stay in the cache: one
-  operation's work per sample, as in the PIL path. Still no Python loop over the samples (a
-  loop over at most seven families).
+  operation's work per sample, as in the PIL path. The per-sample parameters of every layer
+  are planned once per call (the 256-entry tables of posterize, solarize and brightness per
+  layer, for their samples only). Still no Python loop over the samples (a loop over at most
+  five groups of families: the families that share a stage run as one group).
 
 Per-op results equal the PIL primitives' (see :mod:`augment.batched_ops`).
 
