@@ -88,13 +88,18 @@ def _check_width(width: object) -> int:
     return int(width)
 
 
-def _check_generator(generator: object, x: Tensor) -> torch.Generator | None:
-    if generator is None:
-        return None
-    if not isinstance(generator, torch.Generator):
+def _check_generator_type(generator: object) -> torch.Generator | None:
+    if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(
             f"generator must be a torch.Generator or None, got {type(generator).__name__}"
         )
+    return generator
+
+
+def _check_generator(generator: object, x: Tensor) -> torch.Generator | None:
+    generator = _check_generator_type(generator)
+    if generator is None:
+        return None
     if generator.device.type != x.device.type:
         raise ValueError(
             f"generator must be on the batch's device ({x.device.type}), got a generator on "
@@ -290,11 +295,7 @@ class BatchAugMix(nn.Module):
         check_alpha(alpha)
         self.alpha = alpha
         self.augmentation_set = augmentation_set
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise TypeError(
-                f"generator must be a torch.Generator or None, got {type(generator).__name__}"
-            )
-        self.generator = generator
+        self.generator = _check_generator_type(generator)
 
     def forward(self, x: Tensor) -> Tensor:
         return _augmix(
@@ -341,11 +342,7 @@ class BatchRandAugment(nn.Module):
         self.severity = severity
         self.depth = check_depth(depth, allow_random=False)
         self.augmentation_set = augmentation_set
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise TypeError(
-                f"generator must be a torch.Generator or None, got {type(generator).__name__}"
-            )
-        self.generator = generator
+        self.generator = _check_generator_type(generator)
 
     def forward(self, x: Tensor) -> Tensor:
         return _randaugment(x, self._kinds, float(self.severity), self.depth, self.generator)
