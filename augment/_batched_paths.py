@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from augment._batched_plan import NOT_LUT, apply_planned
+from augment._batched_stages import to_uint8
 from augment.batched_ops import (
     apply_plan,
     from_levels,
@@ -28,6 +29,7 @@ from augment.batched_ops import (
 
 CPU_CHUNK = 2**18  # values per group of samples, all-families path on CPU (1 MiB of float32)
 GROUPED_CHUNK = 2**21  # values per group of samples on the grouped path
+MIX_CHUNK = 2**17  # values per slice of samples mixed at a time (float32 in the L2 cache)
 GROUPED = True  # eager CPU batches run each family on the samples that chose it (see _grouped)
 _GAMMA_TRIES = 8  # Marsaglia-Tsang candidates per draw; all rejected: < 1e-10 for alpha >= 1
 
@@ -184,12 +186,23 @@ def _augmix_grouped(
             chains = apply_planned(
                 chains, (d[0].flatten(0, 1), d[1].flatten(0, 1), d[2].flatten(0, 1)), p, kinds
             )
-        acc = u.to(torch.float32).mul_(keep[s])
-        chains = chains.to(torch.float32)  # one conversion for every chain
-        for i in range(width):
-            acc.addcmul_(chains[i * k : (i + 1) * k], mix[s, i])
-        # from_levels, in place: uint8 rounded half up (the copy truncates), float / 255
-        out[s] = acc.add_(0.5).clamp_(0.0, 255.0) if x.dtype == torch.uint8 else acc.div_(255.0)
+        _mix(out[s], u, chains.view(width, k, *u.shape[1:]), keep[s], mix[s])
+    return out
+
+
+def _mix(out: Tensor, u: Tensor, chains: Tensor, keep: Tensor, mix: Tensor) -> Tensor:
+    """``out`` (written in place) = ``keep u + sum_i mix[:, i] chains[i]`` in float32, as
+    :func:`_augmix_levels` adds them, converted as :func:`from_levels`; a few samples at a
+    time, so the float32 temporaries stay in the cache (fresh large ones cost page faults)."""
+    step = max(1, MIX_CHUNK // max(1, u[0].numel()))
+    for j in range(0, u.shape[0], step):
+        s = slice(j, j + step)
+        acc = u[s].to(torch.float32).mul_(keep[s])
+        for i in range(chains.shape[0]):
+            acc.addcmul_(chains[i, s].to(torch.float32), mix[s, i])
+        # uint8: rounded half up (the conversion truncates; the weights sum to 1, so the mix of
+        # levels 0..255 stays in [0, 255] up to float rounding); float: divided by 255
+        out[s] = to_uint8(acc.add_(0.5)) if out.dtype == torch.uint8 else acc.div_(255.0)
     return out
 
 

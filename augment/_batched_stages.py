@@ -37,8 +37,11 @@ _TABLE_FAMILIES = ("lut", "autocontrast", "equalize", "contrast")
 def _grey(v: Tensor) -> Tensor:
     """Pillow's 'RGB' -> 'L' conversion, exactly: (19595 R + 38470 G + 7471 B + 2^15) >> 16
     (float32 grey levels; ``v``: uint8 or float32 levels)."""
-    if v.shape[1] == 1:
-        return v.to(torch.float32)
+    if v.shape[1] == 1 or v.dtype != torch.float32:
+        # converted first: an op that mixes uint8 and float32 converts value by value on CPU
+        v = v.to(torch.float32)
+        if v.shape[1] == 1:
+            return v
     r, g, b = v.unbind(1)
     s = r * 19595.0 + g * 38470.0  # integers below 2^24: exact in float32
     s.add_(b * 7471.0).add_(32768.0)
@@ -51,6 +54,19 @@ def _blend(d: Tensor, v: Tensor, f: Tensor) -> Tensor:
     t = v - d
     t = t.mul_(f) if _fits(f.shape, t.shape) else t * f
     return t.add_(d).clamp_(0.0, 255.0).trunc_()
+
+
+def _blend8(d: Tensor, v: Tensor, f: Tensor) -> Tensor:
+    """:func:`_blend` as uint8 (the truncation is the conversion's)."""
+    t = v - d
+    t = t.mul_(f) if _fits(f.shape, t.shape) else t * f
+    return to_uint8(t.add_(d).clamp_(0.0, 255.0))
+
+
+def to_uint8(v: Tensor) -> Tensor:
+    """Float32 levels in [0, 256) as uint8, truncated, through int16: on CPU several times
+    faster than torch's direct float-to-uint8 conversion, with the same values."""
+    return v.to(torch.int16).to(torch.uint8)
 
 
 def _fits(shape: Sequence[int], into: Sequence[int]) -> bool:
@@ -229,12 +245,8 @@ def _table_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> T
 def _color_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> Tensor:
     if u.shape[1] == 1:  # as _color
         return u
-    grey = _grey(u)
-    f = plan["color"].view(-1, 1, 1, 1)
-    out = torch.empty_like(u)
-    for c in range(u.shape[1]):  # channel by channel: _color's values without a broadcast
-        out[:, c : c + 1] = _blend(grey, u[:, c : c + 1].to(torch.float32), f)
-    return out
+    v = u.to(torch.float32)
+    return _blend8(_grey(v), v, plan["color"].view(-1, 1, 1, 1))
 
 
 def _sharpness_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> Tensor:
@@ -243,7 +255,7 @@ def _sharpness_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) 
         return u
     smooth, centre = _smooth(u.to(torch.float32))
     out = u.clone()  # the border is left as it is
-    out[:, :, 1:-1, 1:-1] = _blend(smooth, centre, plan["sharpness"].view(-1, 1, 1, 1))
+    out[:, :, 1:-1, 1:-1] = _blend8(smooth, centre, plan["sharpness"].view(-1, 1, 1, 1))
     return out
 
 
