@@ -16,7 +16,7 @@ import math
 import torch
 from torch import Tensor
 
-from augment._batched_plan import NOT_LUT, apply_planned
+from augment._batched_plan import NOT_LUT, apply_layers
 from augment._batched_stages import to_uint8
 from augment.batched_ops import (
     apply_plan,
@@ -180,12 +180,9 @@ def _augmix_grouped(
         k = u.shape[0]
         # every chain of the group at once: chain j of sample i at row j k + i
         chains = u.repeat(width, 1, 1, 1)
-        for layer in range(op_t.shape[0]):
-            p = {key: t[layer, :, s].flatten(0, 1) for key, t in plan.items()}
-            d = (op_t[layer, :, s], lv_t[layer, :, s], sg_t[layer, :, s])
-            chains = apply_planned(
-                chains, (d[0].flatten(0, 1), d[1].flatten(0, 1), d[2].flatten(0, 1)), p, kinds
-            )
+        draws = tuple(t[:, :, s].flatten(1, 2) for t in (op_t, lv_t, sg_t))
+        p = {key: t[:, :, s].flatten(1, 2) for key, t in plan.items()}
+        chains = apply_layers(chains, draws, p, kinds)
         _mix(out[s], u, chains.view(width, k, *u.shape[1:]), keep[s], mix[s])
     return out
 
@@ -234,10 +231,8 @@ def randaugment_run(
         plan = plan_ops(op_t, lv_t, sg_t, kinds, x.shape[2], x.shape[3], only=NOT_LUT)
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
         for s in _chunks(x, GROUPED_CHUNK):
-            u = to_levels8(x[s])
-            for k in range(depth):
-                p = {key: t[k, s] for key, t in plan.items()}
-                u = apply_planned(u, (op_t[k, s], lv_t[k, s], sg_t[k, s]), p, kinds)
+            draws = (op_t[:, s], lv_t[:, s], sg_t[:, s])
+            u = apply_layers(to_levels8(x[s]), draws, {key: t[:, s] for key, t in plan.items()}, kinds)
             out[s] = from_levels8(u, x)
         return out
     plan = plan_ops(ops, level, signs, kinds, x.shape[2], x.shape[3])

@@ -178,7 +178,7 @@ _GROUPS: tuple[tuple[str, ...], ...] = (
     ("sharpness",),
     ("affine",),
 )
-NOT_LUT = frozenset(KINDS) - set(FAMILIES["lut"])  # what :func:`apply_planned`'s plan holds
+NOT_LUT = frozenset(KINDS) - set(FAMILIES["lut"])  # what :func:`apply_layers`'s plan holds
 _ORDER = tuple(f for group in _GROUPS for f in group)  # the families, a group's adjacent
 
 
@@ -194,52 +194,57 @@ def apply_grouped(
 ) -> Tensor:
     """:func:`apply_plan` of :func:`plan_ops` on uint8 grey levels ``u`` (CPU, eager), family
     by family on the samples that chose it: the work per sample is that of its one operation.
-    ``u`` is updated in place (and returned); ``op``, ``level``, ``sign``: (N,), as in
-    :func:`apply_ops` (-1: unchanged).
+    ``op``, ``level``, ``sign``: (N,), as in :func:`apply_ops` (-1: unchanged). Returns a new
+    tensor (``u`` may be overwritten).
 
     Reads ``op`` on the host (to group the samples): CPU tensors only, not for compiled code.
     The values equal :func:`apply_plan`'s on ``u``'s levels (the same stages, per sample).
     """
     plan = plan_ops(op, level, sign, kinds, u.shape[2], u.shape[3], only=NOT_LUT)
-    return apply_planned(u, (op, level, sign), plan, kinds)
+    draws = (op.unsqueeze(0), level.unsqueeze(0), sign.unsqueeze(0))
+    return apply_layers(u, draws, {key: t.unsqueeze(0) for key, t in plan.items()}, kinds)
 
 
-def apply_planned(
+def apply_layers(
     u: Tensor, draws: tuple[Tensor, Tensor, Tensor], plan: dict[str, Tensor], kinds: Sequence[str]
 ) -> Tensor:
-    """:func:`apply_grouped` with ``plan``, the layer's :func:`plan_ops` of the whole batch
-    but the fixed tables (``only=NOT_LUT``; planned once, maybe with other layers, each group
-    of families reads its samples' rows). The fixed tables are planned here for the samples
-    that chose them only (a table a sample is large). The families that share a stage run as
-    one group (:data:`_GROUPS`); a group that holds every sample runs on ``u`` itself.
-    ``draws``: ``(op, level, sign)``, each (N,).
+    """:func:`apply_grouped` layer after layer: ``draws`` ``(op, level, sign)``, each
+    (layers, N), and ``plan``, their :func:`plan_ops` but the fixed tables (``only=NOT_LUT``,
+    entries (layers, N, ...)). Returns the result in a new tensor (``u`` may be overwritten).
+
+    Each layer sorts the rows of ``u`` by the group of families of their operation (one copy
+    of the batch; the families that share a stage are one group, :data:`_GROUPS`), so that a
+    group's samples are a slice that its stage reads and overwrites in place; the rows go back
+    to their order once, at the end. The fixed tables (a table a sample is large) are planned
+    per layer, for the samples that chose them only.
     """
     n = u.shape[0]
-    rank = _ranks(tuple(kinds)).index_select(0, draws[0] + 1)
-    bins = torch.bincount(rank + 1, minlength=len(_ORDER) + 1).tolist()
-    counts = dict(zip(_ORDER, bins[1:], strict=True))
-    order = torch.argsort(rank, stable=True)  # a group's families are adjacent in _ORDER
+    table = _ranks(tuple(kinds))
+    at = torch.arange(n)  # at[i]: the sample whose row is the i-th row of u
     rows = _as_rows(u)
-    start = bins[0]
-    for group in _GROUPS:
-        count = sum(counts[f] for f in group)
-        if count == 0:
-            continue
-        present = frozenset(k for f in group if counts[f] for k in FAMILIES[f]) & set(kinds)
-        idx = None if count == n else order[start : start + count]
-        start += count
-        sub = {
-            f: plan[f] if idx is None else plan[f].index_select(0, idx) for f in group if f in plan
-        }
-        if counts["lut"] and "lut" in group:
-            op, level, sign = draws
-            if idx is not None:
-                op, level, sign = (t.index_select(0, idx) for t in draws)
-            h, w = u.shape[2], u.shape[3]
-            sub.update(plan_ops(op, level, sign, kinds, h, w, only=present & set(FAMILIES["lut"])))
-        stage = _STAGES[group[0]]
-        if idx is None:
-            return stage(u, sub, present)
-        part = rows.index_select(0, idx).view(torch.uint8).view(count, *u.shape[1:])
-        rows.index_copy_(0, idx, _as_rows(stage(part, sub, present).contiguous()))
-    return u
+    for layer in range(draws[0].shape[0]):
+        op, level, sign = (t[layer].index_select(0, at) for t in draws)
+        rank = table.index_select(0, op + 1)
+        bins = torch.bincount(rank + 1, minlength=len(_ORDER) + 1).tolist()
+        order = torch.argsort(rank, stable=True)
+        rows = rows.index_select(0, order)
+        at, op, level, sign = (t.index_select(0, order) for t in (at, op, level, sign))
+        u = rows.view(torch.uint8).view(u.shape)
+        start = bins[0]  # the samples past their chain's depth (-1) come first, unchanged
+        counts = dict(zip(_ORDER, bins[1:], strict=True))
+        for group in _GROUPS:
+            count = sum(counts[f] for f in group)
+            if count == 0:
+                continue
+            s = slice(start, start + count)
+            start += count
+            present = frozenset(k for f in group if counts[f] for k in FAMILIES[f]) & set(kinds)
+            sub = {f: plan[f][layer].index_select(0, at[s]) for f in group if f in plan}
+            if counts["lut"] and "lut" in group:
+                h, w = u.shape[2], u.shape[3]
+                lut_kinds = present & set(FAMILIES["lut"])
+                sub.update(plan_ops(op[s], level[s], sign[s], kinds, h, w, only=lut_kinds))
+            u[s] = _STAGES[group[0]](u[s], sub, present)
+    out = torch.empty_like(rows)
+    out.index_copy_(0, at, rows)  # back to the samples' order
+    return out.view(torch.uint8).view(u.shape)
