@@ -16,7 +16,7 @@ import math
 import torch
 from torch import Tensor
 
-from augment._batched_plan import NOT_LUT, apply_layers
+from augment._batched_grouped import NOT_LUT, apply_layers
 from augment._batched_stages import to_uint8
 from augment.batched_ops import (
     apply_plan,
@@ -232,7 +232,9 @@ def randaugment_run(
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
         for s in _chunks(x, GROUPED_CHUNK):
             draws = (op_t[:, s], lv_t[:, s], sg_t[:, s])
-            u = apply_layers(to_levels8(x[s]), draws, {key: t[:, s] for key, t in plan.items()}, kinds)
+            u = apply_layers(
+                to_levels8(x[s]), draws, {key: t[:, s] for key, t in plan.items()}, kinds
+            )
             out[s] = from_levels8(u, x)
         return out
     plan = plan_ops(ops, level, signs, kinds, x.shape[2], x.shape[3])

@@ -9,14 +9,7 @@ from collections.abc import Collection, Sequence
 import torch
 from torch import Tensor
 
-from augment._batched_stages import (
-    _STAGES,
-    FAMILIES,
-    GEOMETRIC,
-    KINDS,
-    _as_rows,
-    _blend,
-)
+from augment._batched_stages import FAMILIES, GEOMETRIC, _blend
 
 _FIX = 65536.0  # Pillow's 16.16 fixed point
 
@@ -89,23 +82,27 @@ class _Choice:
         return torch.zeros_like(self.op, dtype=torch.bool)
 
 
+def fixed_table(kind: str, level: Tensor, sign: Tensor) -> Tensor:
+    """The float32 (..., 256) tables of ``kind`` (posterize, solarize, brightness or
+    brightness_original) at float64 ``level`` and ``sign`` (any one shape)."""
+    ramp = torch.arange(256, device=level.device, dtype=torch.float64)
+    if kind == "posterize":
+        q = _posterize_step(level).unsqueeze(-1)
+        return (torch.floor(ramp / q) * q).float()
+    if kind == "solarize":
+        t = _solarize_threshold(level).unsqueeze(-1)
+        return torch.where(ramp >= t, 255.0 - ramp, ramp).float()
+    f = _factor(level, None if kind.endswith("_original") else sign).float().unsqueeze(-1)
+    return _blend(torch.zeros((), device=level.device), ramp.float(), f)
+
+
 def _plan_lut(chose: _Choice, level: Tensor, sign: Tensor) -> Tensor:
     """The fixed tables (posterize, solarize, brightness), the identity elsewhere."""
-    ramp = torch.arange(256, device=level.device, dtype=torch.float64)
-    lut = ramp.expand(*level.shape, 256)
-    if "posterize" in chose:
-        q = _posterize_step(level).unsqueeze(-1)
-        lut = torch.where(chose("posterize").unsqueeze(-1), torch.floor(ramp / q) * q, lut)
-    if "solarize" in chose:
-        t = _solarize_threshold(level).unsqueeze(-1)
-        sol = torch.where(ramp >= t, 255.0 - ramp, ramp)
-        lut = torch.where(chose("solarize").unsqueeze(-1), sol, lut)
-    for form, s in (("", sign), ("_original", None)):
-        if "brightness" + form in chose:
-            f = _factor(level, s).float().unsqueeze(-1)
-            bright = _blend(torch.zeros((), device=level.device), ramp.float(), f).double()
-            lut = torch.where(chose("brightness" + form).unsqueeze(-1), bright, lut)
-    return lut.float()
+    lut = torch.arange(256, device=level.device, dtype=torch.float32).expand(*level.shape, 256)
+    for kind in FAMILIES["lut"]:
+        if kind in chose:
+            lut = torch.where(chose(kind).unsqueeze(-1), fixed_table(kind, level, sign), lut)
+    return lut
 
 
 def _plan_factor(chose: _Choice, level: Tensor, sign: Tensor, name: str) -> Tensor:
@@ -168,83 +165,3 @@ def plan_ops(
 
 def _wanted(only: Collection[str] | None, kinds: Sequence[str]) -> bool:
     return only is None or any(kind in only for kind in kinds)
-
-
-# Families that share a stage, run as one group (their stages are per sample).
-_GROUPS: tuple[tuple[str, ...], ...] = (
-    ("lut", "contrast"),
-    ("autocontrast", "equalize"),
-    ("color",),
-    ("sharpness",),
-    ("affine",),
-)
-NOT_LUT = frozenset(KINDS) - set(FAMILIES["lut"])  # what :func:`apply_layers`'s plan holds
-_ORDER = tuple(f for group in _GROUPS for f in group)  # the families, a group's adjacent
-
-
-@functools.lru_cache(maxsize=64)
-def _ranks(kinds: tuple[str, ...]) -> Tensor:
-    """``table[op + 1]``: the place in :data:`_ORDER` of ``kinds[op]``'s family (-1: none)."""
-    family = {k: f for f, members in FAMILIES.items() for k in members}
-    return torch.tensor([-1, *(_ORDER.index(family[k]) for k in kinds)], dtype=torch.int64)
-
-
-def apply_grouped(
-    u: Tensor, op: Tensor, level: Tensor, sign: Tensor, kinds: Sequence[str]
-) -> Tensor:
-    """:func:`apply_plan` of :func:`plan_ops` on uint8 grey levels ``u`` (CPU, eager), family
-    by family on the samples that chose it: the work per sample is that of its one operation.
-    ``op``, ``level``, ``sign``: (N,), as in :func:`apply_ops` (-1: unchanged). Returns a new
-    tensor (``u`` may be overwritten).
-
-    Reads ``op`` on the host (to group the samples): CPU tensors only, not for compiled code.
-    The values equal :func:`apply_plan`'s on ``u``'s levels (the same stages, per sample).
-    """
-    plan = plan_ops(op, level, sign, kinds, u.shape[2], u.shape[3], only=NOT_LUT)
-    draws = (op.unsqueeze(0), level.unsqueeze(0), sign.unsqueeze(0))
-    return apply_layers(u, draws, {key: t.unsqueeze(0) for key, t in plan.items()}, kinds)
-
-
-def apply_layers(
-    u: Tensor, draws: tuple[Tensor, Tensor, Tensor], plan: dict[str, Tensor], kinds: Sequence[str]
-) -> Tensor:
-    """:func:`apply_grouped` layer after layer: ``draws`` ``(op, level, sign)``, each
-    (layers, N), and ``plan``, their :func:`plan_ops` but the fixed tables (``only=NOT_LUT``,
-    entries (layers, N, ...)). Returns the result in a new tensor (``u`` may be overwritten).
-
-    Each layer sorts the rows of ``u`` by the group of families of their operation (one copy
-    of the batch; the families that share a stage are one group, :data:`_GROUPS`), so that a
-    group's samples are a slice that its stage reads and overwrites in place; the rows go back
-    to their order once, at the end. The fixed tables (a table a sample is large) are planned
-    per layer, for the samples that chose them only.
-    """
-    n = u.shape[0]
-    table = _ranks(tuple(kinds))
-    at = torch.arange(n)  # at[i]: the sample whose row is the i-th row of u
-    rows = _as_rows(u)
-    for layer in range(draws[0].shape[0]):
-        op, level, sign = (t[layer].index_select(0, at) for t in draws)
-        rank = table.index_select(0, op + 1)
-        bins = torch.bincount(rank + 1, minlength=len(_ORDER) + 1).tolist()
-        order = torch.argsort(rank, stable=True)
-        rows = rows.index_select(0, order)
-        at, op, level, sign = (t.index_select(0, order) for t in (at, op, level, sign))
-        u = rows.view(torch.uint8).view(u.shape)
-        start = bins[0]  # the samples past their chain's depth (-1) come first, unchanged
-        counts = dict(zip(_ORDER, bins[1:], strict=True))
-        for group in _GROUPS:
-            count = sum(counts[f] for f in group)
-            if count == 0:
-                continue
-            s = slice(start, start + count)
-            start += count
-            present = frozenset(k for f in group if counts[f] for k in FAMILIES[f]) & set(kinds)
-            sub = {f: plan[f][layer].index_select(0, at[s]) for f in group if f in plan}
-            if counts["lut"] and "lut" in group:
-                h, w = u.shape[2], u.shape[3]
-                lut_kinds = present & set(FAMILIES["lut"])
-                sub.update(plan_ops(op[s], level[s], sign[s], kinds, h, w, only=lut_kinds))
-            u[s] = _STAGES[group[0]](u[s], sub, present)
-    out = torch.empty_like(rows)
-    out.index_copy_(0, at, rows)  # back to the samples' order
-    return out.view(torch.uint8).view(u.shape)

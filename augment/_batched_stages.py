@@ -12,7 +12,7 @@ and the two ways of running a layer of chains with them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -84,26 +84,42 @@ def _table_index(v: Tensor) -> Tensor:
     return v.to(torch.int32).add_(base).view(-1)
 
 
-def _histogram_tables(hist: Tensor, lut: Tensor, plan: dict[str, Tensor], kinds, hw: int):
-    """``lut`` with the autocontrast and equalize tables of the samples that chose them, from
-    the int32 (N, C, 256) histograms, in exact integer arithmetic (Pillow's formulas)."""
-    n = hist.shape[0]
-    ramp = torch.arange(256, device=hist.device, dtype=torch.int32)
-    present = hist > 0
-    lo = torch.where(present, ramp, 256).amin(-1, keepdim=True)
-    hi = torch.where(present, ramp, -1).amax(-1, keepdim=True)
-    if "autocontrast" in kinds:
-        span = (hi - lo).clamp_(min=1)
-        stretched = torch.div((ramp - lo) * 510 + span, 2 * span, rounding_mode="floor")
-        ac = torch.where(hi > lo, stretched.clamp_(0, 255), ramp).float()
-        lut = torch.where(plan["autocontrast"].view(n, 1, 1), ac, lut)
-    if "equalize" in kinds:
-        step = torch.div(hw - hist.gather(-1, hi.long()), 255, rounding_mode="floor")
-        before = hist.cumsum(-1, dtype=torch.int32).sub_(hist)
-        eq = torch.div(before.add_(step // 2), step.clamp(min=1), rounding_mode="floor")
-        eq = torch.where(step > 0, eq.clamp_(max=255), ramp).float()
-        lut = torch.where(plan["equalize"].view(n, 1, 1), eq, lut)
-    return lut
+def autocontrast_tables(v: Tensor) -> Tensor:
+    """The (N, C, 256) float32 autocontrast tables of the levels ``v`` (uint8 or float32):
+    Pillow's ``floor(((x - lo) 510 + span) / (2 span))``, clamped, from the lowest and highest
+    levels present; exact (float32 holds these integers below 2^17, and the quotient is never
+    within float32's rounding of an integer it is not)."""
+    n, c = v.shape[:2]
+    flat = v.reshape(n, c, -1)
+    lo = flat.amin(-1, keepdim=True).float()
+    hi = flat.amax(-1, keepdim=True).float()
+    one_level = hi <= lo  # the identity: lo = 0 and span = 255 give floor(x + 1/2) = x
+    span = (hi - lo).masked_fill_(one_level, 255.0)
+    lo = lo.masked_fill_(one_level, 0.0)
+    ramp = torch.arange(256, device=v.device, dtype=torch.float32)
+    return (ramp - lo).mul_(510.0).add_(span).div_(span * 2.0).floor_().clamp_(0.0, 255.0)
+
+
+def equalize_tables(v: Tensor, hist: Tensor) -> Tensor:
+    """The (N, C, 256) float32 equalize tables of the levels ``v`` from their int32 (N, C, 256)
+    histograms ``hist``, in Pillow's integer arithmetic (exact)."""
+    n, c, h, w = v.shape
+    hi = v.reshape(n, c, -1).amax(-1, keepdim=True).long()  # the highest level present
+    ramp = torch.arange(256, device=v.device, dtype=torch.int32)
+    step = torch.div(h * w - hist.gather(-1, hi), 255, rounding_mode="floor")
+    before = hist.cumsum(-1, dtype=torch.int32).sub_(hist)
+    eq = torch.div(before.add_(step // 2), step.clamp(min=1), rounding_mode="floor")
+    return torch.where(step > 0, eq.clamp_(max=255), ramp).float()
+
+
+def contrast_tables(v: Tensor, f: Tensor) -> Tensor:
+    """The (N, 1, 256) float32 contrast tables of the levels ``v`` at factors ``f`` (N,): a
+    blend with the mean grey level, rounded half up (Pillow's 'L' histogram mean)."""
+    n, _, h, w = v.shape
+    total = _grey(v).sum(dim=(1, 2, 3), dtype=torch.float64)
+    mean = torch.floor((2.0 * total + h * w) / (2.0 * h * w)).float().view(n, 1, 1)
+    ramp = torch.arange(256, device=v.device, dtype=torch.float32)
+    return _blend(mean, ramp, f.view(n, 1, 1))
 
 
 def _counts(idx: Tensor, size: int) -> Tensor:
@@ -116,38 +132,30 @@ def _counts(idx: Tensor, size: int) -> Tensor:
     return hist.to(torch.int32)
 
 
-def _bincount(idx: Tensor, size: int) -> Tensor:
-    """:func:`_counts` by ``bincount`` (about twice as fast on CPU; its shape follows the
-    values, so eager only: the grouped path)."""
-    return torch.bincount(idx, minlength=size).to(torch.int32)
-
-
 def _tables(
     v: Tensor,
     idx: Tensor,
     plan: dict[str, Tensor],
     kinds: frozenset[str],
-    counts: Callable[[Tensor, int], Tensor] = _counts,
 ) -> Tensor:
     """The (N, C, 256) float32 tables of ``v``: the plan's, with those of autocontrast,
     equalize and contrast (which depend on the pixels) for the samples that chose them
     (histograms of ``idx`` by ``counts``)."""
-    n, c, h, w = v.shape
+    n, c = v.shape[:2]
     dev = v.device
     if "lut" in plan:
         lut = plan["lut"].view(n, 1, 256).expand(n, c, 256)
     else:  # the identity
         lut = torch.arange(256, device=dev, dtype=torch.float32).expand(n, c, 256)
-    if kinds & {"autocontrast", "equalize"}:
-        hist = counts(idx, n * c * 256).view(n, c, 256)
-        lut = _histogram_tables(hist, lut, plan, kinds, h * w)
+    if "autocontrast" in kinds:
+        lut = torch.where(plan["autocontrast"].view(n, 1, 1), autocontrast_tables(v), lut)
+    if "equalize" in kinds:
+        eq = equalize_tables(v, _counts(idx, n * c * 256).view(n, c, 256))
+        lut = torch.where(plan["equalize"].view(n, 1, 1), eq, lut)
     if kinds & {"contrast", "contrast_original"}:
-        ramp = torch.arange(256, device=dev, dtype=torch.float32)
-        total = _grey(v).sum(dim=(1, 2, 3), dtype=torch.float64)
-        mean = torch.floor((2.0 * total + h * w) / (2.0 * h * w)).float().view(n, 1, 1)
-        f = plan["contrast"].view(n, 1, 1)
-        ct = _blend(mean, ramp, f)  # f = 1 (another op): the identity
-        lut = torch.where((f != 1.0), ct.expand(n, c, 256), lut)
+        f = plan["contrast"]
+        ct = contrast_tables(v, f)  # f = 1 (another op): the identity
+        lut = torch.where((f != 1.0).view(n, 1, 1), ct.expand(n, c, 256), lut)
     return lut
 
 
@@ -233,49 +241,7 @@ def apply_plan(v: Tensor, plan: dict[str, Tensor], kinds: Sequence[str]) -> Tens
     return v
 
 
-# ---------------------------------------------------------------- grouped (eager CPU)
-# Each family's stage on uint8 grey levels, applied to the samples that chose the family.
-
-
-def _table_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> Tensor:
-    idx = _table_index(u)
-    return _apply_tables(u, idx, _tables(u, idx, plan, kinds, _bincount).to(torch.uint8))
-
-
-def _color_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> Tensor:
-    if u.shape[1] == 1:  # as _color
-        return u
-    v = u.to(torch.float32)
-    return _blend8(_grey(v), v, plan["color"].view(-1, 1, 1, 1))
-
-
-def _sharpness_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> Tensor:
-    h, w = u.shape[2:]
-    if h < 3 or w < 3:
-        return u
-    smooth, centre = _smooth(u.to(torch.float32))
-    out = u.clone()  # the border is left as it is
-    out[:, :, 1:-1, 1:-1] = _blend8(smooth, centre, plan["sharpness"].view(-1, 1, 1, 1))
-    return out
-
-
-def _affine_stage(u: Tensor, plan: dict[str, Tensor], kinds: frozenset[str]) -> Tensor:
-    return _affine(u, plan["affine"])
-
-
-_Stage = Callable[[Tensor, dict[str, Tensor], frozenset[str]], Tensor]
-_STAGES: dict[str, _Stage] = {
-    "lut": _table_stage,
-    "autocontrast": _table_stage,
-    "equalize": _table_stage,
-    "contrast": _table_stage,
-    "color": _color_stage,
-    "sharpness": _sharpness_stage,
-    "affine": _affine_stage,
-}
-
-
-def _as_rows(u: Tensor) -> Tensor:
+def as_rows(u: Tensor) -> Tensor:
     """``u`` as one row per sample, of 8-byte words where the row's size allows (row copies
     of wide words are many times faster than byte by byte in torch's CPU kernels)."""
     rows = u.view(u.shape[0], -1)

@@ -57,7 +57,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from augment._batched_plan import apply_grouped, plan_ops
+from augment._batched_grouped import apply_grouped
+from augment._batched_plan import plan_ops
 from augment._batched_stages import GEOMETRIC, KINDS, apply_plan
 
 __all__ = [
