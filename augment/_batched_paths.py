@@ -180,7 +180,11 @@ def _augmix_grouped(
         k = u.shape[0]
         # every chain of the group at once: chain j of sample i at row j k + i
         chains = u.repeat(width, 1, 1, 1)
-        draws = tuple(t[:, :, s].flatten(1, 2) for t in (op_t, lv_t, sg_t))
+        draws = (
+            op_t[:, :, s].flatten(1, 2),
+            lv_t[:, :, s].flatten(1, 2),
+            sg_t[:, :, s].flatten(1, 2),
+        )
         p = {key: t[:, :, s].flatten(1, 2) for key, t in plan.items()}
         chains = apply_layers(chains, draws, p, kinds)
         _mix(out[s], u, chains.view(width, k, *u.shape[1:]), keep[s], mix[s])

@@ -3,7 +3,6 @@ level scaling (:mod:`augment.primitives`) per sample, in float64 as Python compu
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection, Sequence
 
 import torch
