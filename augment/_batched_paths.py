@@ -3,7 +3,7 @@
 * All families on every sample (:func:`augment.batched_ops.apply_plan`, float32 levels): for
   accelerators and ``torch.compile`` (no host reads, fixed shapes).
 * Grouped (:func:`augment.batched_ops.apply_grouped`, uint8 levels): eager CPU, where the op
-  indices are host values; each family runs on the samples that chose it.
+  indices are host values; each operation runs on the samples that chose it.
 
 The draws are made once for the whole batch, before either path runs, so both give the same
 values (tested), whatever the groups of samples.
@@ -163,7 +163,7 @@ def _augmix_grouped(
     alpha: float,
     g: torch.Generator | None,
 ) -> Tensor:
-    """:func:`_augmix_levels` family by family on uint8 (eager CPU), group of samples by
+    """:func:`_augmix_levels` operation by operation on uint8 (eager CPU), group of samples by
     group: the same draws and values, returned in ``x``'s dtype."""
     n = x.shape[0]
     weights, m, ops, levels, signs = augmix_draws(

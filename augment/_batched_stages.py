@@ -1,13 +1,13 @@
 """The stages of the batched operations: each applies one family of operations to a batch of
 grey levels, every sample with its own planned parameters (:func:`augment.batched_ops.plan_ops`),
-and the two ways of running a layer of chains with them.
+and the formulas both ways of running a layer of chains share (the tables of the point
+operations, the blends, the warp).
 
 * :func:`apply_plan`, every family on every sample (the identity for those that chose another
   family): fixed shapes, no value read on the host; for accelerators and ``torch.compile``.
-* :func:`augment._batched_plan.apply_grouped` (it plans the fixed tables per group, so it
-  lives with the planning), each family on the samples that chose it only (one operation's
-  work per sample, as the PIL path), on uint8: for eager CPU, where grouping reads the (host)
-  op indices. Both give the same values for the same plan (the stages are per sample).
+* :func:`augment._batched_grouped.apply_grouped`, each operation on the samples that chose it
+  only (one operation's work per sample, as the PIL path), on uint8: for eager CPU, where
+  grouping reads the (host) op indices. Both give the same values for the same draws.
 """
 
 from __future__ import annotations

@@ -27,10 +27,11 @@ How the result relates to the PIL primitive (same level scaling, see :mod:`augme
 
 A layer of per-sample operations runs in one of two ways with equal values:
 :func:`apply_plan` (every family of operations on every sample, float32 levels, fixed shapes,
-no host reads: for accelerators and ``torch.compile``) or :func:`apply_grouped` (each family on
-the samples that chose it, uint8 levels, grouping by host reads of the CPU op indices: eager
+no host reads: for accelerators and ``torch.compile``) or :func:`apply_grouped` (each operation
+on the samples that chose it, uint8 levels, sorting by host reads of the CPU op indices: eager
 CPU). The planning of the per-sample parameters lives in :mod:`augment._batched_plan`, the
-stages in :mod:`augment._batched_stages`.
+stages and their shared formulas in :mod:`augment._batched_stages`, the sorted path in
+:mod:`augment._batched_grouped`.
 
 Float input is processed at 8-bit precision: ``x * 255`` is rounded to the nearest integer
 first, as the PIL pipeline sees the image, and each op's output is an integer grey level

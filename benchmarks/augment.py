@@ -199,7 +199,8 @@ def _batched_table(kind: str, sizes: list[int], batch: int, repeats: int, device
             candidates["kornia"] = _threads(threads, lambda xf=xf: kra(xf))
         if not on_cuda:
             candidates[peers[-1]] = _threads(1, pil_loop)
-        times = time_interleaved(candidates, repeats=repeats, device=device)
+        reps = repeats if size >= 128 else 5 * repeats
+        times = time_interleaved(candidates, repeats=reps, device=device)
         torch.set_num_threads(threads)
         ips = {k: batch / t for k, t in times.items()}
         table.add(
@@ -236,7 +237,8 @@ def run(*, quick: bool, device: str = "cpu") -> list[Table]:
         sizes, repeats = [(224, 10), (32, 100)], 41
     tables = [_table("augmix", sizes, repeats), _table("randaugment", sizes, repeats)]
     torch.set_num_threads(threads)
-    b_sizes, batch, b_repeats = ([32], 32, 3) if quick else ([224, 32], 256, 3)
+    # a 32x32 batch takes milliseconds: more repeats for a stable median
+    b_sizes, batch, b_repeats = ([32], 32, 3) if quick else ([224, 32], 256, 5)
     for dev in ["cpu"] + (["cuda"] if torch.device(device).type == "cuda" else []):
         tables.append(_batched_table("augmix", b_sizes, batch, b_repeats, dev))
         tables.append(_batched_table("randaugment", b_sizes, batch, b_repeats, dev))

@@ -1,0 +1,70 @@
+"""The grouped CPU path of the batched chains (augment._batched_grouped): several layers with
+sorting and restoring of the rows, and the exactness of the shared table formulas."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from augment import _batched_grouped as G
+from augment import _batched_stages as S
+from augment import batched as AB
+from augment import batched_ops as B
+from tests.augment.test_batched import _batch
+
+
+@pytest.mark.parametrize("augmentation_set", ["all", "original"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_layers_equal_one_apply_plan_per_layer(augmentation_set, seed) -> None:
+    """Four layers at once (each sorts the rows by operation; the order is restored once at
+    the end) against the all-families stages applied layer by layer."""
+    kinds = AB._kinds(augmentation_set)
+    g = torch.Generator().manual_seed(seed)
+    n, layers = 40, 4
+    x = _batch(np.random.default_rng(seed), n, 3, 11, 14)
+    op = torch.randint(-1, len(kinds), (layers, n), generator=g)  # -1: unchanged
+    level = torch.rand(layers, n, generator=g, dtype=torch.float64) * 10
+    sign = torch.where(torch.rand(layers, n, generator=g) < 0.5, -1.0, 1.0)
+    want = B.to_levels(x)
+    for k in range(layers):
+        want = B.apply_plan(want, B.plan_ops(op[k], level[k], sign[k], kinds, 11, 14), kinds)
+    plan = B.plan_ops(op, level, sign, kinds, 11, 14, only=G.NOT_LUT)
+    got = G.apply_layers(x.clone(), (op, level, sign), plan, kinds)
+    assert got.dtype == torch.uint8
+    assert torch.equal(got.float(), want)
+
+
+def test_layers_leave_their_input_order_and_odd_row_sizes() -> None:
+    """Rows whose size is not a multiple of 8 bytes (sorted byte by byte) and a layer where
+    nobody does anything."""
+    kinds = AB._kinds("all")
+    x = _batch(np.random.default_rng(3), 9, 1, 3, 5)  # 15 bytes a row
+    op = torch.tensor([[-1] * 9, [0, 1, 2, 3, 4, 5, 6, -1, 12]])
+    level = torch.full((2, 9), 7.0, dtype=torch.float64)
+    sign = torch.ones(2, 9)
+    plan = B.plan_ops(op, level, sign, kinds, 3, 5, only=G.NOT_LUT)
+    got = G.apply_layers(x.clone(), (op, level, sign), plan, kinds)
+    want = B.apply_plan(B.to_levels(x), B.plan_ops(op[1], level[1], sign[1], kinds, 3, 5), kinds)
+    assert torch.equal(got.float(), want)
+    assert torch.equal(got[7], x[7])
+
+
+def test_autocontrast_tables_in_float32_equal_pillows_integer_formula() -> None:
+    """Every pair of lowest and highest levels: the float32 division with floor equals the
+    integer floor division of Pillow's formula (and one level only is the identity)."""
+    lo, hi = torch.meshgrid(torch.arange(256), torch.arange(256), indexing="ij")
+    keep = lo <= hi
+    lo, hi = lo[keep], hi[keep]
+    v = torch.stack([lo, hi], dim=-1).view(-1, 1, 1, 2).to(torch.uint8)  # two pixels each
+    got = S.autocontrast_tables(v).view(-1, 256).to(torch.int64)
+    ramp = torch.arange(256)
+    span = (hi - lo).clamp(min=1).view(-1, 1)
+    want = torch.div((ramp - lo.view(-1, 1)) * 510 + span, 2 * span, rounding_mode="floor")
+    want = torch.where((hi > lo).view(-1, 1), want.clamp(0, 255), ramp)
+    assert torch.equal(got, want)
+
+
+def test_to_uint8_truncates_like_the_direct_conversion() -> None:
+    v = torch.linspace(0.0, 255.999, 100_003)
+    assert torch.equal(S.to_uint8(v), v.to(torch.uint8))
