@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from augment._batched_plan import fixed_table, plan_ops
+from augment._batched_plan import _posterize_step, fixed_table, plan_ops
 from augment._batched_stages import (
     FAMILIES,
     GEOMETRIC,
@@ -73,27 +73,35 @@ class _Slice:
 
 
 def _table_stage(g: _Slice) -> Tensor:
-    n, c = g.u.shape[:2]
-    idx = _table_index(g.u)
+    """One table lookup for the point operations and the brightness and contrast blends, their
+    tables built slice by slice; posterize (first in the group) is a bit mask instead."""
+    out = torch.empty_like(g.u)
+    first = 0
+    if "posterize" in g.parts:  # floor(v / step) step, step a power of 2: the high bits of v
+        s = g.parts["posterize"]
+        keep = (256 - _posterize_step(g.level[s])).to(torch.uint8).view(-1, 1, 1, 1)
+        torch.bitwise_and(g.u[s], keep, out=out[s])
+        first = s.stop
+    if first == g.u.shape[0]:
+        return out
+    u = g.u[first:]
+    n, c = u.shape[:2]
     tables = torch.empty(n, c, 256, dtype=torch.float32)
-    for kind, s in g.parts.items():
+    for kind, part in g.parts.items():
+        s = slice(part.start - first, part.stop - first)
+        if kind == "posterize":
+            continue
         if kind == "autocontrast":
-            tables[s] = autocontrast_tables(g.u[s])
+            tables[s] = autocontrast_tables(u[s])
         elif kind == "equalize":
-            tables[s] = equalize_tables(g.u[s], _histograms(idx, s, g.u))
+            hist = torch.bincount(_table_index(u[s]), minlength=(s.stop - s.start) * c * 256)
+            tables[s] = equalize_tables(u[s], hist.view(-1, c, 256).to(torch.int32))
         elif kind.startswith("contrast"):
-            tables[s] = contrast_tables(g.u[s], g.plan["contrast"][s])
+            tables[s] = contrast_tables(u[s], g.plan["contrast"][part])
         else:
-            tables[s] = fixed_table(kind, g.level[s], g.sign[s]).unsqueeze(1)
-    return _apply_tables(g.u, idx, tables.to(torch.uint8))
-
-
-def _histograms(idx: Tensor, s: slice, u: Tensor) -> Tensor:
-    """The int32 (rows, C, 256) histograms of the rows ``s`` of ``u``, from the table index
-    ``idx`` of all of ``u`` (row ``r``'s values are offset by ``256 C r``)."""
-    per_row, tables = u[0].numel(), u.shape[1] * 256
-    counts = torch.bincount(idx[s.start * per_row : s.stop * per_row], minlength=s.stop * tables)
-    return counts[s.start * tables :].view(-1, u.shape[1], 256).to(torch.int32)
+            tables[s] = fixed_table(kind, g.level[part], g.sign[part]).unsqueeze(1)
+    out[first:] = _apply_tables(u, _table_index(u), tables.to(torch.uint8))
+    return out
 
 
 def _color_stage(g: _Slice) -> Tensor:
