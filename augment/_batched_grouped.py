@@ -25,8 +25,7 @@ from augment._batched_stages import (
     GEOMETRIC,
     KINDS,
     _affine,
-    _apply_tables,
-    _blend8,
+    _blend16,
     _grey,
     _smooth,
     _table_index,
@@ -72,18 +71,17 @@ class _Slice:
         self.u, self.plan, self.level, self.sign, self.parts = u, plan, level, sign, parts
 
 
-def _table_stage(g: _Slice) -> Tensor:
+def _table_stage(g: _Slice) -> None:
     """One table lookup for the point operations and the brightness and contrast blends, their
     tables built slice by slice; posterize (first in the group) is a bit mask instead."""
-    out = torch.empty_like(g.u)
     first = 0
     if "posterize" in g.parts:  # floor(v / step) step, step a power of 2: the high bits of v
         s = g.parts["posterize"]
         keep = (256 - _posterize_step(g.level[s])).to(torch.uint8).view(-1, 1, 1, 1)
-        torch.bitwise_and(g.u[s], keep, out=out[s])
+        g.u[s] &= keep
         first = s.stop
     if first == g.u.shape[0]:
-        return out
+        return
     u = g.u[first:]
     n, c = u.shape[:2]
     tables = torch.empty(n, c, 256, dtype=torch.float32)
@@ -100,33 +98,32 @@ def _table_stage(g: _Slice) -> Tensor:
             tables[s] = contrast_tables(u[s], g.plan["contrast"][part])
         else:
             tables[s] = fixed_table(kind, g.level[part], g.sign[part]).unsqueeze(1)
-    out[first:] = _apply_tables(u, _table_index(u), tables.to(torch.uint8))
-    return out
+    idx = _table_index(u)  # read before u is overwritten
+    torch.index_select(tables.to(torch.uint8).view(-1), 0, idx, out=u.view(-1))
 
 
-def _color_stage(g: _Slice) -> Tensor:
+def _color_stage(g: _Slice) -> None:
     if g.u.shape[1] == 1:  # a grey image has no colour to change
-        return g.u
+        return
     v = g.u.to(torch.float32)
-    return _blend8(_grey(v), v, g.plan["color"].view(-1, 1, 1, 1))
+    g.u.copy_(_blend16(_grey(v), v, g.plan["color"].view(-1, 1, 1, 1)))
 
 
-def _sharpness_stage(g: _Slice) -> Tensor:
-    u = g.u
-    h, w = u.shape[2:]
+def _sharpness_stage(g: _Slice) -> None:
+    h, w = g.u.shape[2:]
     if h < 3 or w < 3:
-        return u
-    smooth, centre = _smooth(u.to(torch.float32))
-    out = u.clone()  # the border is left as it is
-    out[:, :, 1:-1, 1:-1] = _blend8(smooth, centre, g.plan["sharpness"].view(-1, 1, 1, 1))
-    return out
+        return
+    smooth, centre = _smooth(g.u.to(torch.float32))
+    # the border is left as it is
+    g.u[:, :, 1:-1, 1:-1] = _blend16(smooth, centre, g.plan["sharpness"].view(-1, 1, 1, 1))
 
 
-def _geometric_stage(g: _Slice) -> Tensor:
-    return _affine(g.u, g.plan["affine"])
+def _geometric_stage(g: _Slice) -> None:
+    g.u.copy_(_affine(g.u, g.plan["affine"]))  # _affine reads a framed copy of u
 
 
-_STAGES: dict[str, Callable[[_Slice], Tensor]] = {
+# Each stage overwrites its group's slice of the sorted batch with the result.
+_STAGES: dict[str, Callable[[_Slice], None]] = {
     "table": _table_stage,
     "color": _color_stage,
     "sharpness": _sharpness_stage,
@@ -187,7 +184,7 @@ def apply_layers(
             start += total
             sub = {key: plan[key][layer].index_select(0, at[s]) for key in keys if key in plan}
             group = _Slice(u[s], sub, level[s].to(torch.float64), sign[s].to(torch.float64), parts)
-            u[s] = _STAGES[name](group)
+            _STAGES[name](group)
     out = torch.empty_like(rows)
     out.index_copy_(0, at, rows)  # back to the samples' order
     return out.view(torch.uint8).view(u.shape)

@@ -56,11 +56,12 @@ def _blend(d: Tensor, v: Tensor, f: Tensor) -> Tensor:
     return t.add_(d).clamp_(0.0, 255.0).trunc_()
 
 
-def _blend8(d: Tensor, v: Tensor, f: Tensor) -> Tensor:
-    """:func:`_blend` as uint8 (the truncation is the conversion's)."""
+def _blend16(d: Tensor, v: Tensor, f: Tensor) -> Tensor:
+    """:func:`_blend` as int16 levels (the truncation is the conversion's), to copy into
+    uint8: on CPU several times faster than converting float32 to uint8 directly."""
     t = v - d
     t = t.mul_(f) if _fits(f.shape, t.shape) else t * f
-    return to_uint8(t.add_(d).clamp_(0.0, 255.0))
+    return t.add_(d).clamp_(0.0, 255.0).to(torch.int16)
 
 
 def to_uint8(v: Tensor) -> Tensor:
