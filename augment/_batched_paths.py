@@ -176,7 +176,8 @@ def _augmix_grouped(
     op_t, lv_t, sg_t = (t.permute(2, 1, 0).contiguous() for t in (ops, levels, signs))
     plan = plan_ops(op_t, lv_t, sg_t, kinds, x.shape[2], x.shape[3], only=NOT_LUT)
     for s in _chunks(x, GROUPED_CHUNK):
-        u = to_levels8(x[s])
+        # only read (the chains are copies): uint8 input needs no copy of its own
+        u = x[s].contiguous() if x.dtype == torch.uint8 else to_levels8(x[s])
         k = u.shape[0]
         # every chain of the group at once: chain j of sample i at row j k + i
         chains = u.repeat(width, 1, 1, 1)

@@ -211,8 +211,7 @@ def _affine(v: Tensor, a: Tensor) -> Tensor:
     yin = torch.add(a[:, 5] + xs * a[:, 3], ys * a[:, 4]).bitwise_right_shift_(16)
     # read from the image framed by one black pixel: every outside source lands on the frame
     xin = xin.clamp_(-1, w).add_(1)
-    yin = yin.clamp_(-1, h).add_(1)
-    src = torch.add(xin, yin, alpha=w + 2).to(torch.int64).view(n, 1, h * w)
+    src = yin.clamp_(-1, h).add_(1).mul_(w + 2).add_(xin).to(torch.int64).view(n, 1, h * w)
     framed = torch.nn.functional.pad(v, (1, 1, 1, 1)).view(n, c, (h + 2) * (w + 2))
     return framed.gather(2, src.expand(n, c, h * w)).view(n, c, h, w)
 
