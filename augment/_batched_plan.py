@@ -66,19 +66,24 @@ def _fixed_point(m: Tensor) -> Tensor:
 
 
 class _Choice:
-    """Which samples chose which operation (``op == code``)."""
+    """Which samples chose which operation (``op`` is one of its codes: a set may name an
+    operation twice)."""
 
     def __init__(self, op: Tensor, kinds: Sequence[str], only: Collection[str] | None) -> None:
         self.op = op
-        self.code = {kind: i for i, kind in enumerate(kinds) if only is None or kind in only}
+        self.codes: dict[str, list[int]] = {}
+        for i, kind in enumerate(kinds):
+            if only is None or kind in only:
+                self.codes.setdefault(kind, []).append(i)
 
     def __contains__(self, kind: str) -> bool:
-        return kind in self.code
+        return kind in self.codes
 
     def __call__(self, kind: str) -> Tensor:
-        if kind in self.code:
-            return self.op == self.code[kind]
-        return torch.zeros_like(self.op, dtype=torch.bool)
+        chose = torch.zeros_like(self.op, dtype=torch.bool)
+        for code in self.codes.get(kind, ()):
+            chose = chose | (self.op == code)
+        return chose
 
 
 def fixed_table(kind: str, level: Tensor, sign: Tensor) -> Tensor:

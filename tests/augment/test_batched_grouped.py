@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import augment
 from augment import _batched_grouped as G
 from augment import _batched_stages as S
 from augment import batched as AB
@@ -68,3 +69,21 @@ def test_autocontrast_tables_in_float32_equal_pillows_integer_formula() -> None:
 def test_to_uint8_truncates_like_the_direct_conversion() -> None:
     v = torch.linspace(0.0, 255.999, 100_003)
     assert torch.equal(S.to_uint8(v), v.to(torch.uint8))
+
+
+def test_a_set_that_names_an_operation_twice_applies_it_whichever_copy_was_drawn(
+    monkeypatch,
+) -> None:
+    """Both copies of rotate rotate (the first copy's samples were left unchanged before),
+    on both paths, with equal values."""
+    from augment import _batched_paths as BP
+
+    x = _batch(np.random.default_rng(5), 64, 3, 8, 8)
+    ops = [augment.rotate, augment.rotate]
+    outs = []
+    for grouped in (True, False):
+        monkeypatch.setattr(BP, "GROUPED", grouped)
+        g = torch.Generator().manual_seed(0)
+        outs.append(augment.batch_randaugment(x, 9, 1, augmentation_set=ops, generator=g))
+    assert torch.equal(outs[0], outs[1])
+    assert not (outs[0] == x).flatten(1).all(1).any()
