@@ -199,7 +199,7 @@ def _batched_table(kind: str, sizes: list[int], batch: int, repeats: int, device
             candidates["kornia"] = _threads(threads, lambda xf=xf: kra(xf))
         if not on_cuda:
             candidates[peers[-1]] = _threads(1, pil_loop)
-        reps = repeats if size >= 128 else 5 * repeats
+        reps = repeats if size >= 128 else 10 * repeats
         times = time_interleaved(candidates, repeats=reps, device=device)
         torch.set_num_threads(threads)
         ips = {k: batch / t for k, t in times.items()}
