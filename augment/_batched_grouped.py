@@ -137,11 +137,19 @@ def apply_grouped(
     """:func:`~augment.batched_ops.apply_plan` of :func:`~augment.batched_ops.plan_ops` on
     uint8 grey levels ``u`` (CPU, eager), each operation on the samples that chose it: the work
     per sample is that of its one operation. ``op``, ``level``, ``sign``: (N,), as in
-    :func:`~augment.batched_ops.apply_ops` (-1: unchanged). Returns a new tensor (``u`` may be
-    overwritten).
+    :func:`~augment.batched_ops.apply_ops` (-1: unchanged). Returns a new tensor (``u`` is
+    left as it is).
 
     Reads ``op`` on the host (to group the samples): CPU tensors only, not for compiled code.
     """
+    if not isinstance(u, Tensor) or u.dtype != torch.uint8 or u.ndim != 4 or u.device.type != "cpu":
+        raise TypeError("u must be an (N, C, H, W) uint8 tensor on the CPU")
+    if any(t.shape != (u.shape[0],) for t in (op, level, sign)):
+        raise ValueError(
+            f"op, level and sign must each have shape ({u.shape[0]},), got "
+            f"{[tuple(t.shape) for t in (op, level, sign)]}"
+        )
+    u = u.contiguous()
     plan = plan_ops(op, level, sign, kinds, u.shape[2], u.shape[3], only=NOT_LUT)
     draws = (op.unsqueeze(0), level.unsqueeze(0), sign.unsqueeze(0))
     return apply_layers(u, draws, {key: t.unsqueeze(0) for key, t in plan.items()}, kinds)
@@ -152,8 +160,8 @@ def apply_layers(
 ) -> Tensor:
     """:func:`apply_grouped` layer after layer: ``draws`` ``(op, level, sign)``, each
     (layers, N), and ``plan``, their :func:`~augment.batched_ops.plan_ops` but the fixed
-    tables (``only=NOT_LUT``, entries (layers, N, ...)). Returns the result in a new tensor
-    (``u``, contiguous uint8, may be overwritten).
+    tables (``only=NOT_LUT``, entries (layers, N, ...)). Returns the result in a new tensor;
+    ``u`` (contiguous uint8) is left as it is: each layer works on a sorted copy.
     """
     n = u.shape[0]
     table = _places(tuple(kinds))

@@ -176,8 +176,7 @@ def _augmix_grouped(
     op_t, lv_t, sg_t = (t.permute(2, 1, 0).contiguous() for t in (ops, levels, signs))
     plan = plan_ops(op_t, lv_t, sg_t, kinds, x.shape[2], x.shape[3], only=NOT_LUT)
     for s in _chunks(x, GROUPED_CHUNK):
-        # only read (the chains are copies): uint8 input needs no copy of its own
-        u = x[s].contiguous() if x.dtype == torch.uint8 else to_levels8(x[s])
+        u = _levels8(x[s])
         k = u.shape[0]
         # every chain of the group at once: chain j of sample i at row j k + i
         chains = u.repeat(width, 1, 1, 1)
@@ -190,6 +189,11 @@ def _augmix_grouped(
         chains = apply_layers(chains, draws, p, kinds)
         _mix(out[s], u, chains.view(width, k, *u.shape[1:]), keep[s], mix[s])
     return out
+
+
+def _levels8(x: Tensor) -> Tensor:
+    """:func:`to_levels8` without its copy of uint8 input (the grouped path only reads it)."""
+    return x.contiguous() if x.dtype == torch.uint8 else to_levels8(x)
 
 
 def _mix(out: Tensor, u: Tensor, chains: Tensor, keep: Tensor, mix: Tensor) -> Tensor:
@@ -238,7 +242,7 @@ def randaugment_run(
         for s in _chunks(x, GROUPED_CHUNK):
             draws = (op_t[:, s], lv_t[:, s], sg_t[:, s])
             u = apply_layers(
-                to_levels8(x[s]), draws, {key: t[:, s] for key, t in plan.items()}, kinds
+                _levels8(x[s]), draws, {key: t[:, s] for key, t in plan.items()}, kinds
             )
             out[s] = from_levels8(u, x)
         return out

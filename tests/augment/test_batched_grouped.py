@@ -87,3 +87,28 @@ def test_a_set_that_names_an_operation_twice_applies_it_whichever_copy_was_drawn
         outs.append(augment.batch_randaugment(x, 9, 1, augmentation_set=ops, generator=g))
     assert torch.equal(outs[0], outs[1])
     assert not (outs[0] == x).flatten(1).all(1).any()
+
+
+def test_the_input_is_left_as_it_is() -> None:
+    kinds = AB._kinds("all")
+    n = 2 * (len(kinds) + 1)
+    x = _batch(np.random.default_rng(2), n, 3, 8, 8)
+    before = x.clone()
+    op = torch.arange(-1, len(kinds)).repeat(2)
+    out = B.apply_grouped(x, op, torch.full((n,), 5.0, dtype=torch.float64), torch.ones(n), kinds)
+    assert torch.equal(x, before) and not torch.equal(out, x)
+    for fn in (augment.batch_augment_and_mix, augment.batch_randaugment):
+        fn(x, generator=torch.Generator().manual_seed(1))
+        assert torch.equal(x, before), fn.__name__
+
+
+def test_apply_grouped_checks_its_arguments() -> None:
+    kinds = AB._kinds("all")
+    u = torch.zeros(4, 3, 8, 8, dtype=torch.uint8)
+    op, level, sign = torch.zeros(4, dtype=torch.int64), torch.ones(4), torch.ones(4)
+    with pytest.raises(TypeError, match="u must be"):
+        B.apply_grouped(u.float(), op, level, sign, kinds)
+    with pytest.raises(ValueError, match="op, level and sign must"):
+        B.apply_grouped(u, op[:3], level, sign, kinds)
+    with pytest.raises(ValueError, match="op, level and sign must"):
+        B.apply_grouped(u, op, level, sign.view(2, 2), kinds)
