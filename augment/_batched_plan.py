@@ -80,8 +80,11 @@ class _Choice:
         return kind in self.codes
 
     def __call__(self, kind: str) -> Tensor:
-        chose = torch.zeros_like(self.op, dtype=torch.bool)
-        for code in self.codes.get(kind, ()):
+        codes = self.codes.get(kind)
+        if not codes:
+            return torch.zeros_like(self.op, dtype=torch.bool)
+        chose = self.op == codes[0]
+        for code in codes[1:]:
             chose = chose | (self.op == code)
         return chose
 
