@@ -167,6 +167,7 @@ def apply_layers(
     table = _places(tuple(kinds))
     at = torch.arange(n)  # at[i]: the sample whose row is the i-th row of u
     rows = as_rows(u)
+    draws = (draws[0], draws[1].to(torch.float64), draws[2].to(torch.float64))
     for layer in range(draws[0].shape[0]):
         op, level, sign = (t[layer].index_select(0, at) for t in draws)
         place = table.index_select(0, op + 1)
@@ -191,7 +192,7 @@ def apply_layers(
             s = slice(start, start + total)
             start += total
             sub = {key: plan[key][layer].index_select(0, at[s]) for key in keys if key in plan}
-            group = _Slice(u[s], sub, level[s].to(torch.float64), sign[s].to(torch.float64), parts)
+            group = _Slice(u[s], sub, level[s], sign[s], parts)
             _STAGES[name](group)
     out = torch.empty_like(rows)
     out.index_copy_(0, at, rows)  # back to the samples' order

@@ -200,9 +200,7 @@ def _mix(out: Tensor, u: Tensor, chains: Tensor, keep: Tensor, mix: Tensor) -> T
     """``out`` (written in place) = ``keep u + sum_i mix[:, i] chains[i]`` in float32, as
     :func:`_augmix_levels` adds them, converted as :func:`from_levels`; a few samples at a
     time, so the float32 temporaries stay in the cache (fresh large ones cost page faults)."""
-    step = max(1, MIX_CHUNK // max(1, u[0].numel()))
-    for j in range(0, u.shape[0], step):
-        s = slice(j, j + step)
+    for s in _chunks(u, MIX_CHUNK):
         acc = u[s].to(torch.float32).mul_(keep[s])
         for i in range(chains.shape[0]):
             acc.addcmul_(chains[i, s].to(torch.float32), mix[s, i])

@@ -42,9 +42,10 @@ def _grey(v: Tensor) -> Tensor:
         v = v.to(torch.float32)
         if v.shape[1] == 1:
             return v
-    weights = torch.tensor([19595.0, 38470.0, 7471.0], device=v.device).view(1, 3, 1, 1)
-    s = (v * weights).sum(1, keepdim=True)  # integers below 2^24: exact in float32, any order
-    return s.add_(32768.0).mul_(1.0 / 65536.0).floor_()
+    r, g, b = v.unbind(1)
+    s = r * 19595.0 + g * 38470.0  # integers below 2^24: exact in float32
+    s.add_(b * 7471.0).add_(32768.0)
+    return s.mul_(1.0 / 65536.0).floor_().unsqueeze(1)
 
 
 def _blend(d: Tensor, v: Tensor, f: Tensor) -> Tensor:
