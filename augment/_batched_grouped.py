@@ -3,9 +3,9 @@ samples that chose it only, on uint8 grey levels, as the PIL path does per image
 
 A layer sorts the rows of the batch by operation (one copy of the batch), so that the samples
 of each operation are a slice. The operations that share a stage run as one group
-(:data:`_GROUPS`): the point operations and the brightness and contrast blends build their
-256-entry tables slice by slice and are applied as one table lookup; color and sharpness
-are one blend each; the geometric operations are warped slice by slice. The rows go back to
+(:data:`_GROUPS`): the point operations and the brightness and contrast blends apply the
+formulas of their 256-entry tables to their slice's levels (equalize: a table lookup); color
+and sharpness are one blend each; the geometric operations are warped slice by slice. The rows go back to
 their order once, after the last layer. Sorting reads the op indices on the host: CPU
 tensors only, not for compiled code (:func:`augment.batched_ops.apply_plan` is that path).
 The values equal :func:`~augment.batched_ops.apply_plan`'s (the same formulas, per sample).
@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from augment._batched_plan import _posterize_step, fixed_table, plan_ops
+from augment._batched_plan import _factor, _posterize_step, _solarize_threshold, plan_ops
 from augment._batched_stages import (
     FAMILIES,
     GEOMETRIC,
@@ -30,9 +30,10 @@ from augment._batched_stages import (
     _smooth,
     _table_index,
     as_rows,
-    autocontrast_tables,
-    contrast_tables,
+    autocontrast_range,
     equalize_tables,
+    grey_mean,
+    to_uint8,
 )
 
 # The operations that share a stage, and the plan entries (plan_ops) their stage reads.
@@ -71,35 +72,65 @@ class _Slice:
         self.u, self.plan, self.level, self.sign, self.parts = u, plan, level, sign, parts
 
 
-def _table_stage(g: _Slice) -> None:
-    """One table lookup for the point operations and the brightness and contrast blends, their
-    tables built slice by slice; posterize (first in the group) is a bit mask instead."""
-    first = 0
-    if "posterize" in g.parts:  # floor(v / step) step, step a power of 2: the high bits of v
-        s = g.parts["posterize"]
-        keep = (256 - _posterize_step(g.level[s])).to(torch.uint8).view(-1, 1, 1, 1)
-        g.u[s] &= keep
-        first = s.stop
-    if first == g.u.shape[0]:
-        return
-    u = g.u[first:]
+def _posterize(u: Tensor, level: Tensor) -> None:
+    """floor(v / step) step, step a power of 2: the high bits of v."""
+    u &= (256 - _posterize_step(level)).to(torch.uint8).view(-1, 1, 1, 1)
+
+
+def _solarize(u: Tensor, level: Tensor) -> None:
+    """255 - v = v XOR 255 where v >= the threshold (256: nowhere)."""
+    t = _solarize_threshold(level)
+    flip = torch.ge(u, t.clamp(max=255.0).to(torch.uint8).view(-1, 1, 1, 1)).view(torch.uint8)
+    u ^= flip.mul_(torch.where(t < 256.0, 255, 0).to(torch.uint8).view(-1, 1, 1, 1))
+
+
+def _scaled(u: Tensor, level: Tensor, sign: Tensor | None) -> None:
+    """brightness: a blend with black, ``f v`` (``v - 0`` and ``+ 0`` change no float32)."""
+    f = _factor(level, sign).float().view(-1, 1, 1, 1)
+    u.copy_(u.to(torch.float32).mul_(f).clamp_(0.0, 255.0).to(torch.int16))
+
+
+def _contrast(u: Tensor, f: Tensor) -> None:
+    """A blend with the mean grey level, rounded half up (see :func:`contrast_tables`)."""
+    v = u.to(torch.float32)
+    u.copy_(_blend16(grey_mean(_grey(v)), v, f.view(-1, 1, 1, 1)))
+
+
+def _autocontrast(u: Tensor) -> None:
+    """:func:`autocontrast_tables`'s formula on the levels themselves: between the lowest and
+    the highest level present, the quotient lies in [1/2, 255 + 1/2], so no clamp is needed
+    and the conversion's truncation is the floor."""
+    lo, span = autocontrast_range(u)
+    q = u.to(torch.float32).sub_(lo).mul_(510.0).add_(span).div_(span * 2.0)
+    u.copy_(q.to(torch.int16))
+
+
+def _equalize(u: Tensor) -> None:
     n, c = u.shape[:2]
-    tables = torch.empty(n, c, 256, dtype=torch.float32)
-    for kind, part in g.parts.items():
-        s = slice(part.start - first, part.stop - first)
-        if kind == "posterize":
-            continue
-        if kind == "autocontrast":
-            tables[s] = autocontrast_tables(u[s])
-        elif kind == "equalize":
-            hist = torch.bincount(_table_index(u[s]), minlength=(s.stop - s.start) * c * 256)
-            tables[s] = equalize_tables(u[s], hist.view(-1, c, 256).to(torch.int32))
-        elif kind.startswith("contrast"):
-            tables[s] = contrast_tables(u[s], g.plan["contrast"][part])
-        else:
-            tables[s] = fixed_table(kind, g.level[part], g.sign[part]).unsqueeze(1)
     idx = _table_index(u)  # read before u is overwritten
-    torch.index_select(tables.to(torch.uint8).view(-1), 0, idx, out=u.view(-1))
+    hist = torch.bincount(idx, minlength=n * c * 256).view(n, c, 256).to(torch.int32)
+    tables = to_uint8(equalize_tables(u, hist))
+    torch.index_select(tables.view(-1), 0, idx, out=u.view(-1))
+
+
+def _table_stage(g: _Slice) -> None:
+    """The point operations and the brightness and contrast blends, each on its slice: the
+    formula of its 256-entry table applied to the levels themselves (a table lookup, in torch
+    single-threaded and several times slower, only for equalize)."""
+    for kind, s in g.parts.items():
+        u = g.u[s]
+        if kind == "posterize":
+            _posterize(u, g.level[s])
+        elif kind == "solarize":
+            _solarize(u, g.level[s])
+        elif kind.startswith("brightness"):
+            _scaled(u, g.level[s], None if kind.endswith("_original") else g.sign[s])
+        elif kind.startswith("contrast"):
+            _contrast(u, g.plan["contrast"][s])
+        elif kind == "autocontrast":
+            _autocontrast(u)
+        else:
+            _equalize(u)
 
 
 def _color_stage(g: _Slice) -> None:

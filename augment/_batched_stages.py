@@ -85,18 +85,25 @@ def _table_index(v: Tensor) -> Tensor:
     return v.to(torch.int32).add_(base).view(-1)
 
 
+def autocontrast_range(v: Tensor) -> tuple[Tensor, Tensor]:
+    """The lowest level ``lo`` and the span ``hi - lo`` of every plane of the levels ``v``
+    (uint8 or float32), as (N, C, 1, 1) float32; one level only: ``lo = 0``, ``span = 255``,
+    which makes autocontrast's formula the identity (``floor(x + 1/2) = x``)."""
+    n, c = v.shape[:2]
+    flat = v.reshape(n, c, -1)
+    lo = flat.amin(-1).float()
+    hi = flat.amax(-1).float()
+    one_level = hi <= lo
+    span = (hi - lo).masked_fill_(one_level, 255.0)
+    return lo.masked_fill_(one_level, 0.0).view(n, c, 1, 1), span.view(n, c, 1, 1)
+
+
 def autocontrast_tables(v: Tensor) -> Tensor:
     """The (N, C, 256) float32 autocontrast tables of the levels ``v`` (uint8 or float32):
     Pillow's ``floor(((x - lo) 510 + span) / (2 span))``, clamped, from the lowest and highest
-    levels present; exact (float32 holds these integers below 2^17, and the quotient is never
-    within float32's rounding of an integer it is not)."""
-    n, c = v.shape[:2]
-    flat = v.reshape(n, c, -1)
-    lo = flat.amin(-1, keepdim=True).float()
-    hi = flat.amax(-1, keepdim=True).float()
-    one_level = hi <= lo  # the identity: lo = 0 and span = 255 give floor(x + 1/2) = x
-    span = (hi - lo).masked_fill_(one_level, 255.0)
-    lo = lo.masked_fill_(one_level, 0.0)
+    levels present (:func:`autocontrast_range`); exact (float32 holds these integers below
+    2^17, and the quotient is never within float32's rounding of an integer it is not)."""
+    lo, span = (t.flatten(2) for t in autocontrast_range(v))
     ramp = torch.arange(256, device=v.device, dtype=torch.float32)
     return (ramp - lo).mul_(510.0).add_(span).div_(span * 2.0).floor_().clamp_(0.0, 255.0)
 
@@ -113,14 +120,20 @@ def equalize_tables(v: Tensor, hist: Tensor) -> Tensor:
     return torch.where(step > 0, eq.clamp_(max=255), ramp).float()
 
 
+def grey_mean(grey: Tensor) -> Tensor:
+    """The (N, 1, 1, 1) float32 mean of every sample's grey levels ``grey`` (:func:`_grey`),
+    rounded half up: Pillow's 'L' histogram mean, as contrast blends with."""
+    n, _, h, w = grey.shape
+    total = grey.sum(dim=(1, 2, 3), dtype=torch.float64)
+    return torch.floor((2.0 * total + h * w) / (2.0 * h * w)).float().view(n, 1, 1, 1)
+
+
 def contrast_tables(v: Tensor, f: Tensor) -> Tensor:
     """The (N, 1, 256) float32 contrast tables of the levels ``v`` at factors ``f`` (N,): a
-    blend with the mean grey level, rounded half up (Pillow's 'L' histogram mean)."""
-    n, _, h, w = v.shape
-    total = _grey(v).sum(dim=(1, 2, 3), dtype=torch.float64)
-    mean = torch.floor((2.0 * total + h * w) / (2.0 * h * w)).float().view(n, 1, 1)
+    blend with the mean grey level (:func:`grey_mean`)."""
+    n = v.shape[0]
     ramp = torch.arange(256, device=v.device, dtype=torch.float32)
-    return _blend(mean, ramp, f.view(n, 1, 1))
+    return _blend(grey_mean(_grey(v)).view(n, 1, 1), ramp, f.view(n, 1, 1))
 
 
 def _counts(idx: Tensor, size: int) -> Tensor:

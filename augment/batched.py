@@ -20,8 +20,9 @@ How it runs, two paths with the same draws and the same values (tested):
   by operation (one copy of the batch) and applies each operation to its own slice of samples
   only, on uint8, in groups of samples of about 2 M values
   (``augment._batched_paths.GROUPED_CHUNK``): one operation's work per sample, as in the PIL
-  path. The point operations and the brightness and contrast blends build their 256-entry
-  tables slice by slice and share one table lookup. The per-sample parameters of every layer
+  path. The point operations and the brightness and contrast blends apply their tables'
+  formulas to the levels of their slice (a table lookup for equalize only: torch's is
+  single-threaded on CPU). The per-sample parameters of every layer
   are planned once per call. Still no Python loop over the samples (loops over the layers
   and the at most thirteen operations).
 
