@@ -22,7 +22,6 @@ from torch import Tensor
 from augment._batched_plan import _factor, _posterize_step, _solarize_threshold, plan_ops
 from augment._batched_stages import (
     FAMILIES,
-    GEOMETRIC,
     KINDS,
     _affine,
     _blend16,
@@ -45,7 +44,8 @@ _GROUPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ),
     ("color", FAMILIES["color"], ("color",)),
     ("sharpness", FAMILIES["sharpness"], ("sharpness",)),
-    ("geometric", GEOMETRIC, ("affine",)),
+    # the warped ones first, then those that shift rows: each two are one slice
+    ("geometric", ("rotate", "shear_y", "shear_x", "translate_x", "translate_y"), ("affine",)),
 )
 _ORDER = tuple(kind for _, kinds, _ in _GROUPS for kind in kinds)  # a group's kinds adjacent
 NOT_LUT = frozenset(KINDS) - set(FAMILIES["lut"])  # the plan :func:`apply_layers` takes
@@ -149,9 +149,56 @@ def _sharpness_stage(g: _Slice) -> None:
     g.u[:, :, 1:-1, 1:-1] = _blend16(smooth, centre, g.plan["sharpness"].view(-1, 1, 1, 1))
 
 
-def _geometric_stage(g: _Slice) -> None:
-    g.u.copy_(_affine(g.u, g.plan["affine"]))  # _affine reads a framed copy of u
+def _shifted(rows: Tensor, shift: Tensor, out: Tensor) -> None:
+    """``out[r, i] = rows[r, i + shift[r]]``, black outside the row (``rows``: (R, L) uint8,
+    ``shift``: (R,) int64): each row of ``out`` is one window of the rows framed in black, so
+    a copy, several times cheaper than a gather."""
+    r, length = rows.shape
+    framed = torch.nn.functional.pad(rows, (length, length)).view(-1)
+    start = torch.arange(length, r * 3 * length, 3 * length).add_(shift.clamp(-length, length))
+    torch.index_select(framed.unfold(0, length, 1), 0, start, out=out)
 
+
+def _shift_rows(u: Tensor, a: Tensor) -> None:
+    """shear_x and translate_x: their 16.16 coefficients have ``A0 = A4 = 2^16``, ``A3 = 0``
+    and ``A5 = 2^15``, so :func:`_affine`'s source pixel is ``(x + ((A2 + A1 y) >> 16), y)``:
+    each row shifted as a whole, the same pixels as the warp."""
+    n, c, h, w = u.shape
+    ys = torch.arange(h, dtype=torch.int32)
+    shift = (a[:, 2:3] + a[:, 1:2] * ys).bitwise_right_shift_(16).to(torch.int64)
+    rows = u.view(n * c * h, w)
+    _shifted(rows, shift.view(n, 1, h).expand(n, c, h).reshape(-1), rows)
+
+
+def _shift_planes(u: Tensor, a: Tensor) -> None:
+    """translate_y: ``A0 = A4 = 2^16``, ``A1 = A3 = 0``, ``A2 = 2^15`` and ``A5 = 2^16 dy +
+    2^15``, so the source pixel is ``(x, y + dy)``: each plane shifted by ``dy`` whole rows."""
+    n, c, h, w = u.shape
+    shift = a[:, 5].bitwise_right_shift(16).to(torch.int64).mul_(w)
+    planes = u.view(n * c, h * w)
+    _shifted(planes, shift.view(n, 1).expand(n, c).reshape(-1), planes)
+
+
+def _geometric_stage(g: _Slice) -> None:
+    """rotate and shear_y by the warp (:func:`_affine`), the shifts of whole rows or planes
+    (shear_x, translate_x, translate_y) as window copies: the same pixels."""
+    a = g.plan["affine"]
+    for kinds, apply in _GEOMETRIC_PARTS:
+        present = [g.parts[kind] for kind in kinds if kind in g.parts]
+        if present:
+            s = slice(present[0].start, present[-1].stop)  # adjacent in the group's order
+            apply(g.u[s], a[s])
+
+
+def _warp(u: Tensor, a: Tensor) -> None:
+    u.copy_(_affine(u, a))  # _affine reads a framed copy of u
+
+
+_GEOMETRIC_PARTS: tuple[tuple[tuple[str, ...], Callable[[Tensor, Tensor], None]], ...] = (
+    (("rotate", "shear_y"), _warp),
+    (("shear_x", "translate_x"), _shift_rows),
+    (("translate_y",), _shift_planes),
+)
 
 # Each stage overwrites its group's slice of the sorted batch with the result.
 _STAGES: dict[str, Callable[[_Slice], None]] = {

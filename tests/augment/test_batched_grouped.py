@@ -66,49 +66,38 @@ def test_autocontrast_tables_in_float32_equal_pillows_integer_formula() -> None:
     assert torch.equal(got, want)
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        "posterize",
-        "solarize",
-        "brightness",
-        "brightness_original",
-        "contrast",
-        "contrast_original",
-        "autocontrast",
-        "equalize",
-    ],
-)
-def test_point_operations_on_the_levels_equal_their_tables(kind) -> None:
-    """The grouped path applies most tables' formulas to the levels themselves: against the
-    table lookup of the all-families path, on every level (images holding 0..255), at the ends
-    of the level range (solarize's thresholds 256 and 0: nowhere and everywhere) and between,
-    and on one-level images (autocontrast's identity)."""
+@pytest.mark.parametrize("kind", B.KINDS)
+def test_each_operation_on_its_slice_equals_the_all_families_stage(kind) -> None:
+    """The grouped path's own formulas (most tables' formulas on the levels themselves, shifts
+    of whole rows or planes as window copies) against the all-families stages: every level
+    present (0..255 on a 12 x 24 image, and reversed), the ends of the level range (solarize's
+    thresholds 256 and 0: nowhere and everywhere; the longest shifts) both ways and between,
+    and one-level images (autocontrast's identity)."""
     kinds = (kind,)
-    ramp = torch.arange(256, dtype=torch.uint8).view(1, 1, 16, 16)
+    ramp = (torch.arange(12 * 24) % 256).to(torch.uint8).view(1, 1, 12, 24)
     x = torch.cat(
         [
-            ramp.expand(1, 3, 16, 16),
-            ramp.flip(-1).expand(1, 3, 16, 16).clone().transpose(-1, -2),
+            ramp.expand(1, 3, 12, 24),
+            ramp.flip(-1).flip(-2).expand(1, 3, 12, 24),
             torch.randint(
                 0,
                 256,
-                (6, 3, 16, 16),
+                (6, 3, 12, 24),
                 generator=torch.Generator().manual_seed(0),
                 dtype=torch.uint8,
             ),
-            torch.full((2, 3, 16, 16), 77, dtype=torch.uint8),
+            torch.full((2, 3, 12, 24), 77, dtype=torch.uint8),
         ]
     )
     x[2, 1] //= 3  # planes of one sample with different ranges
     n = x.shape[0]
     level = torch.tensor(
-        [0.0, 10.0, 0.05, 9.96, 3.3, 5.0, 7.77, 1.25, 10.0, 0.0], dtype=torch.float64
+        [0.0, 10.0, 0.05, 9.96, 3.3, 5.0, 7.77, 10.0, 10.0, 0.0], dtype=torch.float64
     )
     sign = torch.tensor([1.0, -1.0] * (n // 2))
     op = torch.zeros(n, dtype=torch.int64)
     got = B.apply_grouped(x, op, level, sign, kinds)
-    want = B.apply_plan(B.to_levels(x), B.plan_ops(op, level, sign, kinds, 16, 16), kinds)
+    want = B.apply_plan(B.to_levels(x), B.plan_ops(op, level, sign, kinds, 12, 24), kinds)
     assert torch.equal(got.float(), want)
 
 
