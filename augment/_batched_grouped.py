@@ -245,13 +245,16 @@ def apply_layers(
     table = _places(tuple(kinds))
     at = torch.arange(n)  # at[i]: the sample whose row is the i-th row of u
     rows = as_rows(u)
+    layers = draws[0].shape[0]
+    # two buffers, written in turn (a fresh one per layer costs page faults)
+    spare = [torch.empty_like(rows) for _ in range(min(2, layers + 1))]
     draws = (draws[0], draws[1].to(torch.float64), draws[2].to(torch.float64))
-    for layer in range(draws[0].shape[0]):
+    for layer in range(layers):
         op, level, sign = (t[layer].index_select(0, at) for t in draws)
         place = table.index_select(0, op + 1)
         counts = torch.bincount(place + 1, minlength=len(_ORDER) + 1).tolist()
         order = torch.argsort(place, stable=True)
-        rows = rows.index_select(0, order)
+        rows = torch.index_select(rows, 0, order, out=spare[layer % 2])
         at, level, sign = (t.index_select(0, order) for t in (at, level, sign))
         u = rows.view(torch.uint8).view(u.shape)
         start = counts[0]  # the samples past their chain's depth (-1) come first, unchanged
@@ -272,6 +275,5 @@ def apply_layers(
             sub = {key: plan[key][layer].index_select(0, at[s]) for key in keys if key in plan}
             group = _Slice(u[s], sub, level[s], sign[s], parts)
             _STAGES[name](group)
-    out = torch.empty_like(rows)
-    out.index_copy_(0, at, rows)  # back to the samples' order
+    out = spare[layers % 2].index_copy_(0, at, rows)  # back to the samples' order
     return out.view(torch.uint8).view(u.shape)
