@@ -219,12 +219,13 @@ def _affine(v: Tensor, a: Tensor) -> Tensor:
     a = a.view(n, 6, 1, 1)
     xs = torch.arange(w, device=dev, dtype=torch.int32).view(1, 1, w)
     ys = torch.arange(h, device=dev, dtype=torch.int32).view(1, h, 1)
+    # read from the image framed by one black pixel: every outside source lands on the frame,
+    # at the coordinates plus 1 ((A2 + 2^16) >> 16 = (A2 >> 16) + 1)
     # (A2 + A0 x) per column plus (A1 y) per row: one full-size add per coordinate
-    xin = torch.add(a[:, 2] + xs * a[:, 0], ys * a[:, 1]).bitwise_right_shift_(16)
-    yin = torch.add(a[:, 5] + xs * a[:, 3], ys * a[:, 4]).bitwise_right_shift_(16)
-    # read from the image framed by one black pixel: every outside source lands on the frame
-    xin = xin.clamp_(-1, w).add_(1)
-    src = yin.clamp_(-1, h).add_(1).mul_(w + 2).add_(xin).to(torch.int64).view(n, 1, h * w)
+    xin = torch.add((a[:, 2] + 65536) + xs * a[:, 0], ys * a[:, 1]).bitwise_right_shift_(16)
+    yin = torch.add((a[:, 5] + 65536) + xs * a[:, 3], ys * a[:, 4]).bitwise_right_shift_(16)
+    src = torch.empty(n, 1, h * w, device=dev, dtype=torch.int64)
+    torch.add(xin.clamp_(0, w + 1), yin.clamp_(0, h + 1), alpha=w + 2, out=src.view(n, h, w))
     framed = torch.nn.functional.pad(v, (1, 1, 1, 1)).view(n, c, (h + 2) * (w + 2))
     return framed.gather(2, src.expand(n, c, h * w)).view(n, c, h, w)
 
