@@ -5,10 +5,11 @@ A layer sorts the rows of the batch by operation (one copy of the batch), so tha
 of each operation are a slice. The operations that share a stage run as one group
 (:data:`_GROUPS`): the point operations and the brightness and contrast blends apply the
 formulas of their 256-entry tables to their slice's levels (equalize: a table lookup); color
-and sharpness are one blend each; the geometric operations are warped slice by slice. The rows go back to
-their order once, after the last layer. Sorting reads the op indices on the host: CPU
-tensors only, not for compiled code (:func:`augment.batched_ops.apply_plan` is that path).
-The values equal :func:`~augment.batched_ops.apply_plan`'s (the same formulas, per sample).
+and sharpness are one blend each; rotate and shear_y are warped, and the shifts of whole rows
+or planes (shear_x, translate_x, translate_y) are window copies. The rows go back to their
+order once, after the last layer. Sorting reads the op indices on the host: CPU tensors only,
+not for compiled code (:func:`augment.batched_ops.apply_plan` is that path). The values
+equal :func:`~augment.batched_ops.apply_plan`'s (the same pixels, per sample; tested).
 """
 
 from __future__ import annotations
@@ -151,11 +152,15 @@ def _sharpness_stage(g: _Slice) -> None:
 
 def _shifted(rows: Tensor, shift: Tensor, out: Tensor) -> None:
     """``out[r, i] = rows[r, i + shift[r]]``, black outside the row (``rows``: (R, L) uint8,
-    ``shift``: (R,) int64): each row of ``out`` is one window of the rows framed in black, so
-    a copy, several times cheaper than a gather."""
+    ``shift``: (R,) int64): each row of ``out`` is one window of the rows laid out with a
+    black gap as long as the longest shift between them (read on the host: CPU only), so a
+    copy, several times cheaper than a gather."""
     r, length = rows.shape
-    framed = torch.nn.functional.pad(rows, (length, length)).view(-1)
-    start = torch.arange(length, r * 3 * length, 3 * length).add_(shift.clamp(-length, length))
+    shift = shift.clamp(-length, length)
+    gap = int(shift.abs().max())
+    framed = torch.zeros(gap + r * (length + gap), dtype=rows.dtype)
+    framed[gap:].view(r, length + gap)[:, :length] = rows
+    start = torch.arange(gap, gap + r * (length + gap), length + gap).add_(shift)
     torch.index_select(framed.unfold(0, length, 1), 0, start, out=out)
 
 
@@ -234,29 +239,40 @@ def apply_grouped(
 
 
 def apply_layers(
-    u: Tensor, draws: tuple[Tensor, Tensor, Tensor], plan: dict[str, Tensor], kinds: Sequence[str]
+    u: Tensor,
+    draws: tuple[Tensor, Tensor, Tensor],
+    plan: dict[str, Tensor],
+    kinds: Sequence[str],
+    copies: int = 1,
 ) -> Tensor:
     """:func:`apply_grouped` layer after layer: ``draws`` ``(op, level, sign)``, each
     (layers, N), and ``plan``, their :func:`~augment.batched_ops.plan_ops` but the fixed
-    tables (``only=NOT_LUT``, entries (layers, N, ...)). Returns the result in a new tensor;
-    ``u`` (contiguous uint8) is left as it is: each layer works on a sorted copy.
+    tables (``only=NOT_LUT``, entries (layers, N, ...)), on ``copies`` copies of ``u``
+    (contiguous uint8, K samples, ``N = copies K``: row ``j K + i`` is copy ``j`` of sample
+    ``i``; the first layer's sort makes them). Returns the result in a new tensor; ``u`` is
+    left as it is.
     """
-    n = u.shape[0]
+    k = u.shape[0]
+    n = copies * k
+    shape = (n, *u.shape[1:])
     table = _places(tuple(kinds))
-    at = torch.arange(n)  # at[i]: the sample whose row is the i-th row of u
+    at = torch.arange(n)  # at[i]: the row of the result that the i-th row of u holds
     rows = as_rows(u)
     layers = draws[0].shape[0]
+    if layers == 0:
+        return u.repeat(copies, 1, 1, 1)
     # two buffers, written in turn (a fresh one per layer costs page faults)
-    spare = [torch.empty_like(rows) for _ in range(min(2, layers + 1))]
+    spare = [rows.new_empty((n, rows.shape[1])) for _ in range(2)]
     draws = (draws[0], draws[1].to(torch.float64), draws[2].to(torch.float64))
     for layer in range(layers):
         op, level, sign = (t[layer].index_select(0, at) for t in draws)
         place = table.index_select(0, op + 1)
         counts = torch.bincount(place + 1, minlength=len(_ORDER) + 1).tolist()
         order = torch.argsort(place, stable=True)
-        rows = torch.index_select(rows, 0, order, out=spare[layer % 2])
+        source = order % k if layer == 0 and copies > 1 else order
+        rows = torch.index_select(rows, 0, source, out=spare[layer % 2])
         at, level, sign = (t.index_select(0, order) for t in (at, level, sign))
-        u = rows.view(torch.uint8).view(u.shape)
+        u = rows.view(torch.uint8).view(shape)
         start = counts[0]  # the samples past their chain's depth (-1) come first, unchanged
         counts = counts[1:]
         for name, members, keys in _GROUPS:
@@ -276,4 +292,4 @@ def apply_layers(
             group = _Slice(u[s], sub, level[s], sign[s], parts)
             _STAGES[name](group)
     out = spare[layers % 2].index_copy_(0, at, rows)  # back to the samples' order
-    return out.view(torch.uint8).view(u.shape)
+    return out.view(torch.uint8).view(shape)

@@ -98,9 +98,9 @@ def augmix_draws(
     ``layers = depth``, or 3 for ``depth = -1``) the operation's index in the set (-1: past
     the chain's depth, nothing), its level and its direction (:math:`\pm 1`).
     """
-    weights = _log_gamma(alpha, (n, width), generator, device).softmax(-1)  # Dirichlet(alpha)
-    pair = _log_gamma(alpha, (n, 2), generator, device)
-    m = torch.sigmoid(pair[:, 0] - pair[:, 1])  # Beta(alpha, alpha)
+    log_g = _log_gamma(alpha, (n, width + 2), generator, device)  # independent Gamma(alpha)
+    weights = log_g[:, :width].softmax(-1)  # Dirichlet(alpha)
+    m = torch.sigmoid(log_g[:, width] - log_g[:, width + 1])  # Beta(alpha, alpha)
     layers = depth if depth > 0 else 3
     ops = torch.randint(0, n_ops, (n, width, layers), generator=generator, device=device)
     if depth < 0:  # a uniform depth in {1, 2, 3} per chain; deeper layers do nothing
@@ -179,14 +179,13 @@ def _augmix_grouped(
         u = _levels8(x[s])
         k = u.shape[0]
         # every chain of the group at once: chain j of sample i at row j k + i
-        chains = u.repeat(width, 1, 1, 1)
         draws = (
             op_t[:, :, s].flatten(1, 2),
             lv_t[:, :, s].flatten(1, 2),
             sg_t[:, :, s].flatten(1, 2),
         )
         p = {key: t[:, :, s].flatten(1, 2) for key, t in plan.items()}
-        chains = apply_layers(chains, draws, p, kinds)
+        chains = apply_layers(u, draws, p, kinds, copies=width)
         _mix(out[s], u, chains.view(width, k, *u.shape[1:]), keep[s], mix[s])
     return out
 

@@ -28,25 +28,29 @@ def _factor(level: Tensor, sign: Tensor | None) -> Tensor:
     return 1.0 + 0.09 * level * sign
 
 
-def _matrix(kind: str, level: Tensor, sign: Tensor, h: int, w: int) -> Tensor:
-    """The (N, 6) float64 inverse affine matrix of a geometric op, as the PIL kernel builds it."""
-    one, zero = torch.ones_like(level), torch.zeros_like(level)
-    if kind == "rotate":
-        t = torch.deg2rad(3.0 * level * sign)
-        cos, sin = t.cos().round(decimals=15), t.sin().round(decimals=15)
-        cx, cy = w / 2, h / 2
-        return torch.stack(
-            [cos, -sin, cx - cos * cx + sin * cy, sin, cos, cy - sin * cx - cos * cy], dim=1
-        )
-    if kind == "shear_x":
-        return torch.stack([one, 0.03 * level * sign, zero, zero, one, zero], dim=1)
-    if kind == "shear_y":
-        return torch.stack([one, zero, zero, 0.03 * level * sign, one, zero], dim=1)
-    if kind == "translate_x":
-        return torch.stack([one, zero, (level * w / 30.0).trunc() * sign, zero, one, zero], dim=1)
-    if kind == "translate_y":
-        return torch.stack([one, zero, zero, zero, one, (level * h / 30.0).trunc() * sign], dim=1)
-    raise AssertionError(kind)
+def _matrix(chose: _Choice, level: Tensor, sign: Tensor, h: int, w: int) -> Tensor:
+    """The (..., 6) float64 inverse affine matrices of the geometric ops, as the PIL kernels
+    build them (the identity for the other ops), every op at once: a rotation by 0 where
+    none is drawn, plus the shear or translation term of the op drawn (adding 0 changes no
+    float)."""
+    zero = torch.zeros_like(level)
+    t = torch.where(chose("rotate"), torch.deg2rad(3.0 * level * sign), zero)
+    cos, sin = t.cos().round(decimals=15), t.sin().round(decimals=15)
+    shear = 0.03 * level * sign
+    cx, cy = w / 2, h / 2
+    return torch.stack(
+        [
+            cos,
+            torch.where(chose("shear_x"), shear, zero) - sin,
+            (cx - cos * cx + sin * cy)
+            + torch.where(chose("translate_x"), (level * w / 30.0).trunc() * sign, zero),
+            sin + torch.where(chose("shear_y"), shear, zero),
+            cos,
+            (cy - sin * cx - cos * cy)
+            + torch.where(chose("translate_y"), (level * h / 30.0).trunc() * sign, zero),
+        ],
+        dim=-1,
+    )
 
 
 def _fixed_point(m: Tensor) -> Tensor:
@@ -123,14 +127,7 @@ def _plan_factor(chose: _Choice, level: Tensor, sign: Tensor, name: str) -> Tens
 
 def _plan_affine(chose: _Choice, level: Tensor, sign: Tensor, h: int, w: int) -> Tensor:
     """The 16.16 affine coefficients of the geometric ops, the identity elsewhere."""
-    shape = level.shape
-    matrix = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 0.0], dtype=torch.float64, device=level.device)
-    matrix = matrix.expand(*shape, 6)
-    for kind in GEOMETRIC:
-        if kind in chose:
-            m = _matrix(kind, level.reshape(-1), sign.reshape(-1), h, w).view(*shape, 6)
-            matrix = torch.where(chose(kind).unsqueeze(-1), m, matrix)
-    return _fixed_point(matrix)
+    return _fixed_point(_matrix(chose, level, sign, h, w))
 
 
 def plan_ops(

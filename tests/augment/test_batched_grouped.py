@@ -36,6 +36,24 @@ def test_layers_equal_one_apply_plan_per_layer(augmentation_set, seed) -> None:
     assert torch.equal(got.float(), want)
 
 
+@pytest.mark.parametrize("layers", [0, 1, 3])
+def test_copies_are_made_by_the_first_sort(layers) -> None:
+    """``copies=3`` (AugMix's chains) equals the layers on three stacked copies of the batch."""
+    kinds = AB._kinds("all")
+    g = torch.Generator().manual_seed(layers)
+    x = _batch(np.random.default_rng(layers), 5, 3, 9, 7)
+    n = 3 * x.shape[0]
+    op = torch.randint(-1, len(kinds), (layers, n), generator=g)
+    level = torch.rand(layers, n, generator=g, dtype=torch.float64) * 10
+    sign = torch.where(torch.rand(layers, n, generator=g) < 0.5, -1.0, 1.0)
+    plan = B.plan_ops(op, level, sign, kinds, 9, 7, only=G.NOT_LUT)
+    want = G.apply_layers(x.repeat(3, 1, 1, 1), (op, level, sign), plan, kinds)
+    before = x.clone()
+    got = G.apply_layers(x, (op, level, sign), plan, kinds, copies=3)
+    assert torch.equal(got, want)
+    assert torch.equal(x, before)
+
+
 def test_layers_leave_their_input_order_and_odd_row_sizes() -> None:
     """Rows whose size is not a multiple of 8 bytes (sorted byte by byte) and a layer where
     nobody does anything."""
