@@ -28,7 +28,7 @@ from augment.batched_ops import (
 )
 
 CPU_CHUNK = 2**18  # values per group of samples, all-families path on CPU (1 MiB of float32)
-GROUPED_CHUNK = 2**21  # values per group of samples on the grouped path
+GROUPED_CHUNK = 2**23  # values per group on the grouped path, AugMix's chains counted
 MIX_CHUNK = 2**17  # values per slice of samples mixed at a time (float32 in the L2 cache)
 GROUPED = True  # eager CPU batches run each family on the samples that chose it (see _grouped)
 _GAMMA_TRIES = 8  # Marsaglia-Tsang candidates per draw; all rejected: < 1e-10 for alpha >= 1
@@ -175,7 +175,7 @@ def _augmix_grouped(
     # every layer of every chain planned at once, layer first: (layers, width, n, ...)
     op_t, lv_t, sg_t = (t.permute(2, 1, 0).contiguous() for t in (ops, levels, signs))
     plan = plan_ops(op_t, lv_t, sg_t, kinds, x.shape[2], x.shape[3], only=NOT_LUT)
-    for s in _chunks(x, GROUPED_CHUNK):
+    for s in _chunks(x, max(1, GROUPED_CHUNK // width)):  # width chains a sample
         u = _levels8(x[s])
         k = u.shape[0]
         # every chain of the group at once: chain j of sample i at row j k + i

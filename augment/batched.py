@@ -18,7 +18,7 @@ How it runs, two paths with the same draws and the same values (tested):
   :func:`augment.batched_ops.apply_grouped`, which reads the drawn operation indices (CPU
   tensors, host values already: nothing waits on a device), sorts the samples of each layer
   by operation (one copy of the batch) and applies each operation to its own slice of samples
-  only, on uint8, in groups of samples of about 2 M values
+  only, on uint8, in groups of samples of about 8 M values, AugMix's chains counted
   (``augment._batched_paths.GROUPED_CHUNK``): one operation's work per sample, as in the PIL
   path. The point operations and the brightness and contrast blends apply their tables'
   formulas to the levels of their slice (a table lookup for equalize only: torch's is

@@ -43,7 +43,7 @@ def test_grouped_path_equals_all_families_path(monkeypatch, dtype, augmentation_
         outs = []
         for grouped in (True, False):
             monkeypatch.setattr(BP, "GROUPED", grouped)
-            monkeypatch.setattr(BP, "GROUPED_CHUNK", 5 * c * h * w)  # groups of 5 samples
+            monkeypatch.setattr(BP, "GROUPED_CHUNK", 7 * c * h * w)  # groups: 7 (AugMix: 2)
             g = torch.Generator().manual_seed(c * h + w)
             am = augment.batch_augment_and_mix(x, augmentation_set=augmentation_set, generator=g)
             ra = augment.batch_randaugment(x, 7, 3, augmentation_set, generator=g)
