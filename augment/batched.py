@@ -139,9 +139,9 @@ def batch_augment_and_mix(
     measured (process peak resident size, 64 x 3 x 224 x 224): about 10 float32 copies of
     the batch (the input's grey levels, the running mix, one chain, a layer's temporaries and
     indices). On CPU (eager) each sample pays for its own operations only and the batch is
-    processed in groups of samples: the output and a working set of about 70 MiB for a group's
-    chains and temporaries at 224 x 224, whatever the batch size (measured: 68 MiB extra for
-    64 x 3 x 224 x 224 uint8, 1.9 float32 copies of it; 105 MiB for 256 samples, 0.7).
+    processed in groups of samples: the output and a working set of about 55 MiB for a group's
+    chains and temporaries at 224 x 224, whatever the batch size (measured: 64 MiB extra for
+    64 x 3 x 224 x 224 uint8, 1.7 float32 copies of it; 93 MiB for 256 samples, 0.6).
 
     Shape:
         ``x``: :math:`(N, C, H, W)`, :math:`C \in \{1, 3\}`; output: the same shape, dtype and
@@ -219,8 +219,8 @@ def batch_randaugment(
     :func:`augment.batched_ops.apply_plan`), only the drawn operation to each sample on CPU
     (eager, grouped: see :func:`batch_augment_and_mix`); peak extra memory, measured as for
     :func:`batch_augment_and_mix`: about 9 float32 copies of the batch processed at once; on
-    CPU (eager) the output and about 35 MiB of a group's temporaries (measured: 41 MiB extra
-    for 64 x 3 x 224 x 224 uint8, 1.1 float32 copies; 69 MiB for 256 samples, 0.5).
+    CPU (eager) the output and about 50 MiB of a group's temporaries (measured: 60 MiB extra
+    for 64 x 3 x 224 x 224 uint8, 1.6 float32 copies; 88 MiB for 256 samples, 0.6).
 
     Shape:
         ``x``: :math:`(N, C, H, W)`, :math:`C \in \{1, 3\}`; output: the same shape, dtype and
