@@ -17,7 +17,6 @@ import torch
 from torch import Tensor
 
 from augment._batched_grouped import NOT_LUT, apply_layers
-from augment._batched_stages import to_uint8
 from augment.batched_ops import (
     apply_plan,
     from_levels,
@@ -205,7 +204,10 @@ def _mix(out: Tensor, u: Tensor, chains: Tensor, keep: Tensor, mix: Tensor) -> T
             acc.addcmul_(chains[i, s].to(torch.float32), mix[s, i])
         # uint8: rounded half up (the conversion truncates; the weights sum to 1, so the mix of
         # levels 0..255 stays in [0, 255] up to float rounding); float: divided by 255
-        out[s] = to_uint8(acc.add_(0.5)) if out.dtype == torch.uint8 else acc.div_(255.0)
+        if out.dtype == torch.uint8:  # through int16: see to_uint8
+            out[s].copy_(acc.add_(0.5).to(torch.int16))
+        else:
+            out[s] = acc.div_(255.0)
     return out
 
 
