@@ -11,12 +11,14 @@ values (tested), whatever the groups of samples.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor
 
-from augment._batched_grouped import NOT_LUT, apply_layers
+from augment._batched_grouped import NOT_LUT, Workspace, apply_layers
 from augment.batched_ops import (
     apply_plan,
     from_levels,
@@ -161,6 +163,7 @@ def _augmix_grouped(
     width: int,
     alpha: float,
     g: torch.Generator | None,
+    workspace: Workspace | None,
 ) -> Tensor:
     """:func:`_augmix_levels` operation by operation on uint8 (eager CPU), group of samples by
     group: the same draws and values, returned in ``x``'s dtype."""
@@ -184,7 +187,7 @@ def _augmix_grouped(
             sg_t[:, :, s].flatten(1, 2),
         )
         p = {key: t[:, :, s].flatten(1, 2) for key, t in plan.items()}
-        chains = apply_layers(u, draws, p, kinds, copies=width)
+        chains = apply_layers(u, draws, p, kinds, copies=width, workspace=workspace)
         _mix(out[s], u, chains.view(width, k, *u.shape[1:]), keep[s], mix[s])
     return out
 
@@ -211,6 +214,15 @@ def _mix(out: Tensor, u: Tensor, chains: Tensor, keep: Tensor, mix: Tensor) -> T
     return out
 
 
+@contextlib.contextmanager
+def _held(workspace: Workspace | None) -> Iterator[Workspace | None]:
+    if workspace is None:
+        yield None
+    else:
+        with workspace.hold() as held:
+            yield held
+
+
 def augmix_run(
     x: Tensor,
     kinds: tuple[str, ...],
@@ -219,17 +231,26 @@ def augmix_run(
     width: int,
     alpha: float,
     g: torch.Generator | None,
+    workspace: Workspace | None = None,
 ) -> Tensor:
-    """AugMix of the checked, non-empty batch ``x`` on the path that suits it."""
+    """AugMix of the checked, non-empty batch ``x`` on the path that suits it (the grouped
+    path keeps its buffers in ``workspace``, if given and free)."""
     if _grouped(x):
-        return _augmix_grouped(x, kinds, severity, depth, width, alpha, g)
+        with _held(workspace) as ws:
+            return _augmix_grouped(x, kinds, severity, depth, width, alpha, g, ws)
     return from_levels(_augmix_levels(to_levels(x), kinds, severity, depth, width, alpha, g), x)
 
 
 def randaugment_run(
-    x: Tensor, kinds: tuple[str, ...], severity: float, depth: int, g: torch.Generator | None
+    x: Tensor,
+    kinds: tuple[str, ...],
+    severity: float,
+    depth: int,
+    g: torch.Generator | None,
+    workspace: Workspace | None = None,
 ) -> Tensor:
-    """RandAugment of the checked, non-empty batch ``x`` (``depth >= 1``) on its path."""
+    """RandAugment of the checked, non-empty batch ``x`` (``depth >= 1``) on its path (the
+    grouped path keeps its buffers in ``workspace``, if given and free)."""
     n, dev = x.shape[0], x.device
     ops, signs = randaugment_draws(n, len(kinds), depth, g, dev)
     level = torch.full((n, depth), float(severity), dtype=torch.float64, device=dev)
@@ -238,12 +259,12 @@ def randaugment_run(
         op_t, lv_t, sg_t = (t.t().contiguous() for t in (ops, level, signs))
         plan = plan_ops(op_t, lv_t, sg_t, kinds, x.shape[2], x.shape[3], only=NOT_LUT)
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
-        for s in _chunks(x, GROUPED_CHUNK):
-            draws = (op_t[:, s], lv_t[:, s], sg_t[:, s])
-            u = apply_layers(
-                _levels8(x[s]), draws, {key: t[:, s] for key, t in plan.items()}, kinds
-            )
-            out[s] = from_levels8(u, x)
+        with _held(workspace) as ws:
+            for s in _chunks(x, GROUPED_CHUNK):
+                draws = (op_t[:, s], lv_t[:, s], sg_t[:, s])
+                p = {key: t[:, s] for key, t in plan.items()}
+                u = apply_layers(_levels8(x[s]), draws, p, kinds, workspace=ws)
+                out[s] = from_levels8(u, x)  # a copy: u may be in the workspace
         return out
     plan = plan_ops(ops, level, signs, kinds, x.shape[2], x.shape[3])
     v = to_levels(x)

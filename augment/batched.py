@@ -61,6 +61,7 @@ from torch import Tensor, nn
 from augment import primitives as _P
 from augment._args import RANDAUGMENT_MIN_SEVERITY, check_alpha, check_depth, check_severity
 from augment._base import resolve_set, set_repr
+from augment._batched_grouped import Workspace
 from augment._batched_paths import augmix_run, randaugment_run
 from augment.batched_ops import KINDS, check_batch
 
@@ -192,13 +193,14 @@ def _augmix(
     width: int,
     alpha: float,
     generator: object,
+    workspace: Workspace | None = None,
 ) -> Tensor:
     """:func:`batch_augment_and_mix` after its parameters are checked (the module's forward)."""
     check_batch(x)
     g = _check_generator(generator, x)
     if x.shape[0] == 0:
         return x.clone()
-    return augmix_run(x, kinds, severity, depth, width, alpha, g)
+    return augmix_run(x, kinds, severity, depth, width, alpha, g, workspace)
 
 
 def batch_randaugment(
@@ -255,21 +257,34 @@ def batch_randaugment(
 
 
 def _randaugment(
-    x: Tensor, kinds: tuple[str, ...], severity: float, depth: int, generator: object
+    x: Tensor,
+    kinds: tuple[str, ...],
+    severity: float,
+    depth: int,
+    generator: object,
+    workspace: Workspace | None = None,
 ) -> Tensor:
     """:func:`batch_randaugment` after its parameters are checked (the module's forward)."""
     check_batch(x)
     g = _check_generator(generator, x)
     if x.shape[0] == 0 or depth == 0:
         return x.clone()
-    return randaugment_run(x, kinds, severity, depth, g)
+    return randaugment_run(x, kinds, severity, depth, g, workspace)
+
+
+def _eager(workspace: Workspace) -> Workspace | None:
+    """The module's workspace, kept out of compiled code (which never takes the CPU path)."""
+    return None if torch.compiler.is_compiling() else workspace
 
 
 class BatchAugMix(nn.Module):
     """:func:`batch_augment_and_mix` as a module, to sit after the data loader.
 
     See :func:`batch_augment_and_mix` for the arguments; it has no parameters or buffers, and
-    the generator is not part of its ``state_dict``.
+    the generator is not part of its ``state_dict``. On CPU in eager mode it keeps the
+    grouped path's working buffers from one batch to the next (two of a group's size, about
+    16 MiB at 224 x 224; fresh pages on every batch cost page faults): one caller at a time
+    uses them, a concurrent call takes fresh ones, and copies and pickles start without them.
 
     Example:
         >>> import torch
@@ -300,6 +315,7 @@ class BatchAugMix(nn.Module):
         self.alpha = alpha
         self.augmentation_set = augmentation_set
         self.generator = _check_generator_type(generator)
+        self._workspace = Workspace()
 
     def forward(self, x: Tensor) -> Tensor:
         return _augmix(
@@ -310,6 +326,7 @@ class BatchAugMix(nn.Module):
             self.width,
             float(self.alpha),
             self.generator,
+            _eager(self._workspace),
         )
 
     def extra_repr(self) -> str:
@@ -322,7 +339,8 @@ class BatchAugMix(nn.Module):
 class BatchRandAugment(nn.Module):
     """:func:`batch_randaugment` as a module, to sit after the data loader.
 
-    See :func:`batch_randaugment` for the arguments.
+    See :func:`batch_randaugment` for the arguments; its working buffers on CPU are kept as
+    :class:`BatchAugMix`'s.
 
     Example:
         >>> import torch
@@ -347,9 +365,17 @@ class BatchRandAugment(nn.Module):
         self.depth = check_depth(depth, allow_random=False)
         self.augmentation_set = augmentation_set
         self.generator = _check_generator_type(generator)
+        self._workspace = Workspace()
 
     def forward(self, x: Tensor) -> Tensor:
-        return _randaugment(x, self._kinds, float(self.severity), self.depth, self.generator)
+        return _randaugment(
+            x,
+            self._kinds,
+            float(self.severity),
+            self.depth,
+            self.generator,
+            _eager(self._workspace),
+        )
 
     def extra_repr(self) -> str:
         return (

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import augment
+from augment import _batched_grouped as G
 from augment import _batched_paths as BP
 from augment import batched as AB
 from augment import batched_ops as B
@@ -78,3 +79,76 @@ def test_channels_last_input_gives_the_same_result(dtype) -> None:
     for fn in (augment.batch_augment_and_mix, augment.batch_randaugment):
         want = fn(x, generator=torch.Generator().manual_seed(6))
         assert torch.equal(fn(cl, generator=torch.Generator().manual_seed(6)), want), fn.__name__
+
+
+@pytest.mark.parametrize("kind", ["augmix", "randaugment"])
+def test_the_modules_reused_buffers_change_nothing(monkeypatch, kind) -> None:
+    """A module keeps its CPU working buffers between batches: larger, smaller and float
+    batches, several groups each, give the functions' results, and an earlier result is not
+    touched by later calls."""
+    monkeypatch.setattr(BP, "GROUPED_CHUNK", 9 * 3 * 10 * 12)  # groups of 3 (AugMix) / 9
+    rs = np.random.default_rng(4)
+    batches = [_batch(rs, n, 3, 10, 12) for n in (7, 20, 5)]
+    batches.append(batches[1].float() / 255)
+    if kind == "augmix":
+        module = augment.BatchAugMix(generator=torch.Generator().manual_seed(1))
+        fn = augment.batch_augment_and_mix
+    else:
+        module = augment.BatchRandAugment(generator=torch.Generator().manual_seed(1))
+        fn = augment.batch_randaugment
+    g = torch.Generator().manual_seed(1)
+    outs, wants = [], []
+    for x in batches:
+        outs.append(module(x))
+        wants.append(fn(x, generator=g))
+        kept = [o.clone() for o in outs]
+    for got, want, again in zip(outs, wants, kept, strict=True):
+        assert torch.equal(got, want) and torch.equal(got, again)
+    assert module._workspace._buffers  # the buffers were kept
+
+
+def test_a_busy_workspace_gives_fresh_buffers_to_a_concurrent_call() -> None:
+    """Two threads on one workspace: each result equals the one without a workspace."""
+    import threading
+
+    kinds = AB._kinds("all")
+    x = _batch(np.random.default_rng(6), 12, 3, 16, 16)
+    workspace = G.Workspace()
+
+    def run(seed: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(seed)
+        return BP.augmix_run(x, kinds, 3.0, -1, 3, 1.0, g, workspace)
+
+    want = {
+        seed: BP.augmix_run(x, kinds, 3.0, -1, 3, 1.0, torch.Generator().manual_seed(seed))
+        for seed in range(8)
+    }
+    got: dict[int, list[torch.Tensor]] = {seed: [] for seed in range(8)}
+
+    def worker(seeds: range) -> None:
+        for _ in range(3):
+            for seed in seeds:
+                got[seed].append(run(seed))
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in (range(0, 4), range(4, 8))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for seed, outs in got.items():
+        assert all(torch.equal(o, want[seed]) for o in outs), seed
+    with workspace.hold() as first, workspace.hold() as second:
+        assert first is workspace and second is None
+
+
+def test_copies_and_pickles_of_a_module_start_without_buffers() -> None:
+    import copy
+    import pickle
+
+    aug = augment.BatchRandAugment(generator=torch.Generator().manual_seed(0))
+    aug(torch.zeros(4, 3, 64, 64, dtype=torch.uint8))
+    assert aug._workspace._buffers
+    for other in (copy.deepcopy(aug), pickle.loads(pickle.dumps(aug))):
+        assert other._workspace is not aug._workspace and not other._workspace._buffers
+        assert other(torch.zeros(2, 3, 8, 8, dtype=torch.uint8)).shape == (2, 3, 8, 8)
+    assert len(pickle.dumps(aug)) < 10_000
