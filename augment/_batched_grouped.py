@@ -293,15 +293,15 @@ def apply_layers(
     ``i``; the first layer's sort makes them). Returns the result in a new tensor (with a
     ``workspace``: in its buffers, valid until its next use); ``u`` is left as it is.
     """
+    layers = draws[0].shape[0]
+    if layers == 0:
+        return u.repeat(copies, 1, 1, 1)
     k = u.shape[0]
     n = copies * k
     shape = (n, *u.shape[1:])
     table = _places(tuple(kinds))
     at = torch.arange(n)  # at[i]: the row of the result that the i-th row of u holds
     rows = as_rows(u)
-    layers = draws[0].shape[0]
-    if layers == 0:
-        return u.repeat(copies, 1, 1, 1)
     # two buffers, written in turn (a fresh one per layer costs page faults)
     if workspace is None:
         spare = [rows.new_empty((n, rows.shape[1])) for _ in range(2)]

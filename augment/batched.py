@@ -22,9 +22,9 @@ How it runs, two paths with the same draws and the same values (tested):
   (``augment._batched_paths.GROUPED_CHUNK``): one operation's work per sample, as in the PIL
   path. The point operations and the brightness and contrast blends apply their tables'
   formulas to the levels of their slice (a table lookup for equalize only: torch's is
-  single-threaded on CPU). The per-sample parameters of every layer
-  are planned once per call. Still no Python loop over the samples (loops over the layers
-  and the at most thirteen operations).
+  single-threaded on CPU). The per-sample parameters of every layer are planned once per
+  call. Still no Python loop over the samples (loops over the layers and the at most
+  thirteen operations).
 
 Per-op results equal the PIL primitives' (see :mod:`augment.batched_ops`).
 
