@@ -27,6 +27,7 @@ from surgery import (
 )
 
 __all__ = [
+    "ModelT",
     "NoEffectReport",
     "clone_module_as",
     "latent_size",
@@ -34,6 +35,10 @@ __all__ = [
     "settle_new_parameters",
     "warn_no_effect",
 ]
+
+# What a model transform returns: the model it was given, so that for a type checker
+# ``model = F.apply_blurpool(model)`` keeps ``model``'s own class (a ``ResNet`` stays one).
+ModelT = TypeVar("ModelT", bound=nn.Module)
 
 # The class clone_module_as builds, so that callers get that class back (not nn.Module).
 _ModuleT = TypeVar("_ModuleT", bound=nn.Module)

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from functional._args import check_module
-from functional._policies import warn_no_effect
+from functional._policies import ModelT, warn_no_effect
 
 __all__ = ["apply_channels_last"]
 
 
-def apply_channels_last(model: nn.Module) -> nn.Module:
+def apply_channels_last(model: ModelT) -> ModelT:
     """Store the 4-D parameters and buffers of ``model`` in ``torch.channels_last`` format, in place.
 
     Convolutions then run on NHWC data, which cuDNN (tensor cores) and oneDNN usually process

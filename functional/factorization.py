@@ -22,7 +22,7 @@ from torch import nn
 
 from functional._args import check_bool, check_int, check_module
 from functional._numeric import accumulation_dtype
-from functional._policies import latent_size, replace_chosen, settle_new_parameters
+from functional._policies import ModelT, latent_size, replace_chosen, settle_new_parameters
 from surgery import OptimizerArg, as_optimizer_list
 
 __all__ = ["FactorizedConv2d", "FactorizedLinear", "apply_factorization"]
@@ -328,7 +328,7 @@ class FactorizedLinear(_Factorized):
 
 
 def apply_factorization(
-    model: nn.Module,
+    model: ModelT,
     factorize_convs: bool = True,
     factorize_linears: bool = True,
     min_channels: int = 512,
@@ -336,7 +336,7 @@ def apply_factorization(
     min_features: int = 512,
     latent_features: float = 0.25,
     optimizers: OptimizerArg = None,
-) -> nn.Module:
+) -> ModelT:
     """Replace wide convolutions and linear layers of ``model`` by low-rank factorizations, in place.
 
     An exact ``nn.Conv2d`` (``groups == 1``) with ``min(in_channels, out_channels) >=

@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn import functional as nnf
 
 from functional._args import check_bool, check_generator, check_module
-from functional._policies import NoEffectReport, settle_new_parameters
+from functional._policies import ModelT, NoEffectReport, settle_new_parameters
 from functional._transformer_layers import (
     ModularTransformerEncoderLayer,
     disable_nested_tensor,
@@ -189,14 +189,14 @@ def _resolve_activation(act_fn: object) -> Activation | None:
 
 
 def apply_gated_linear_units(
-    model: nn.Module,
+    model: ModelT,
     optimizers: OptimizerArg = None,
     act_fn: Activation | str | None = None,
     gated_layer_bias: bool = False,
     non_gated_layer_bias: bool | None = None,
     *,
     generator: torch.Generator | None = None,
-) -> nn.Module:
+) -> ModelT:
     """Turn the feed-forward blocks of transformer layers into gated linear units, in place.
 
     .. math::

@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from functional._args import check_int, check_module
-from functional._policies import clone_module_as, warn_no_effect
+from functional._policies import ModelT, clone_module_as, warn_no_effect
 from surgery import OptimizerArg, replace_module_classes
 
 __all__ = [
@@ -206,8 +206,8 @@ _GHOST_OF: dict[type[nn.Module], type[_GhostBatchNorm]] = {
 
 
 def apply_ghost_batchnorm(
-    model: nn.Module, ghost_batch_size: int = 32, optimizers: OptimizerArg = None
-) -> nn.Module:
+    model: ModelT, ghost_batch_size: int = 32, optimizers: OptimizerArg = None
+) -> ModelT:
     """Replace the batch norms of ``model`` by ghost batch norms, in place.
 
     While training, a batch of ``B`` samples is split into ``n = ceil(B / ghost_batch_size)``

@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn import functional as nnf
 
 from functional._args import check_module
-from functional._policies import clone_module_as, warn_no_effect
+from functional._policies import ModelT, clone_module_as, warn_no_effect
 from surgery import OptimizerArg, replace_module_classes
 
 __all__ = [
@@ -173,13 +173,13 @@ class LowPrecisionGroupNorm(_LowPrecisionNorm, nn.GroupNorm):
 
 
 def _apply(
-    model: nn.Module,
+    model: ModelT,
     dtype: torch.dtype,
     optimizers: OptimizerArg,
     plain: type[nn.Module],
     convert,
     transform: str,
-) -> nn.Module:
+) -> ModelT:
     check_module(model)
     if not _check_dtype(dtype):
         warn_no_effect(
@@ -196,8 +196,8 @@ def _apply(
 
 
 def apply_low_precision_layernorm(
-    model: nn.Module, dtype: torch.dtype, optimizers: OptimizerArg = None
-) -> nn.Module:
+    model: ModelT, dtype: torch.dtype, optimizers: OptimizerArg = None
+) -> ModelT:
     """Make the ``nn.LayerNorm`` layers of ``model`` run in ``dtype`` under autocast, in place.
 
     Each exact ``nn.LayerNorm`` becomes a :class:`LowPrecisionLayerNorm` sharing its
@@ -244,8 +244,8 @@ def apply_low_precision_layernorm(
 
 
 def apply_low_precision_groupnorm(
-    model: nn.Module, dtype: torch.dtype, optimizers: OptimizerArg = None
-) -> nn.Module:
+    model: ModelT, dtype: torch.dtype, optimizers: OptimizerArg = None
+) -> ModelT:
     """Make the ``nn.GroupNorm`` layers of ``model`` run in ``dtype`` under autocast, in place.
 
     See :func:`apply_low_precision_layernorm`; exact ``nn.GroupNorm`` instances become

@@ -12,6 +12,7 @@ from torch import nn
 
 from functional._args import check_int, check_module
 from functional._policies import (
+    ModelT,
     clone_module_as,
     latent_size,
     settle_new_parameters,
@@ -158,11 +159,11 @@ class SqueezeExciteConv2d(nn.Conv2d):
 
 
 def apply_se(
-    model: nn.Module,
+    model: ModelT,
     latent_channels: float = 64,
     min_channels: int = 128,
     optimizers: OptimizerArg = None,
-) -> nn.Module:
+) -> ModelT:
     """Add a Squeeze-and-Excitation block after every wide ``nn.Conv2d`` of ``model``, in place.
 
     Each exact ``nn.Conv2d`` with ``min(in_channels, out_channels) >= min_channels`` becomes a

@@ -11,7 +11,7 @@ from torch.nn.utils import parametrize
 
 from functional._args import check_int, check_module
 from functional._numeric import accumulation_dtype
-from functional._policies import warn_no_effect
+from functional._policies import ModelT, warn_no_effect
 
 __all__ = ["WeightStandardizer", "apply_weight_standardization"]
 
@@ -121,7 +121,7 @@ def _convs_in_call_order(model: nn.Module) -> tuple[list[nn.Module], bool]:
     return list(ordered.values()), True
 
 
-def apply_weight_standardization(model: nn.Module, n_last_layers_ignore: int = 0) -> nn.Module:
+def apply_weight_standardization(model: ModelT, n_last_layers_ignore: int = 0) -> ModelT:
     """Standardize the weights of the convolutions of ``model``, in place.
 
     Every ``nn.Conv1d/2d/3d`` (including subclasses) gets a :class:`WeightStandardizer`

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from functional._args import check_int, check_module
-from functional._policies import NoEffectReport
+from functional._policies import ModelT, NoEffectReport
 from functional._transformer_layers import disable_nested_tensor
 from functional.alibi.context import AlibiContext, AlibiConverter
 from functional.alibi.modules import AlibiBias
@@ -35,10 +35,10 @@ _REPORT = NoEffectReport(
 
 
 def apply_alibi(
-    model: nn.Module,
+    model: ModelT,
     max_sequence_length: int,
     optimizers: OptimizerArg = None,
-) -> nn.Module:
+) -> ModelT:
     """Replace learned position embeddings by ALiBi attention biases, in place.
 
     Afterwards the model accepts sequences of up to ``max_sequence_length`` tokens (even past its

@@ -6,7 +6,7 @@ from __future__ import annotations
 from torch import nn
 
 from functional._args import check_bool, check_int, check_module
-from functional._policies import replace_chosen
+from functional._policies import ModelT, replace_chosen
 from functional.blurpool.layers import BlurConv2d, BlurMaxPool2d
 from surgery import OptimizerArg
 
@@ -18,13 +18,13 @@ def _is_strided(stride: int | tuple[int, ...]) -> bool:
 
 
 def apply_blurpool(
-    model: nn.Module,
+    model: ModelT,
     replace_convs: bool = True,
     replace_maxpools: bool = True,
     blur_first: bool = True,
     min_channels: int = 16,
     optimizers: OptimizerArg = None,
-) -> nn.Module:
+) -> ModelT:
     """Add anti-aliasing filters to the strided convolutions and max-pools of ``model``, in place.
 
     Every ``nn.Conv2d`` with a stride above 1 and at least ``min_channels`` input channels

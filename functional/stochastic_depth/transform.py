@@ -9,7 +9,7 @@ from collections.abc import Callable
 from torch import nn
 
 from functional._args import check_bool, check_int, check_module, check_one_of, check_probability
-from functional._policies import clone_module_as, warn_no_effect
+from functional._policies import ModelT, clone_module_as, warn_no_effect
 from functional.stochastic_depth.generators import _agreed_seed, _DropGenerators
 from functional.stochastic_depth.layers import _METHODS
 from functional.stochastic_depth.registry import STOCHASTIC_BLOCKS
@@ -21,7 +21,7 @@ _DISTRIBUTIONS = ("uniform", "linear")
 
 
 def apply_stochastic_depth(
-    model: nn.Module,
+    model: ModelT,
     stochastic_method: str,
     target_layer_name: str,
     drop_rate: float = 0.2,
@@ -31,7 +31,7 @@ def apply_stochastic_depth(
     *,
     seed: int | None = None,
     skip_dropped: bool = True,
-) -> nn.Module:
+) -> ModelT:
     """Give the residual blocks of ``model`` stochastic depth, in place.
 
     Every block of the type registered as ``target_layer_name`` (exact type) is converted to
