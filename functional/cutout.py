@@ -24,9 +24,16 @@ def _hole_side(length: object, height: int, width: int) -> int:
         side = int(length)
         if side < 1:
             raise ValueError(f"length in pixels must be >= 1, got {length}")
-        # A side of 2·max(H, W) already covers the whole image from any centre; capping there
-        # keeps the box arithmetic inside int64 for absurd lengths (10**30).
-        return min(side, 2 * max(height, width))
+        if height > 0 and width > 0 and side > max(height, width):
+            # Such a hole covers most of every image, or all of it from 2·max(H, W): almost
+            # always a side meant for larger images (or pixels meant as a fraction).
+            raise ValueError(
+                f"length={length} pixels is larger than the {height}x{width} images, so every "
+                "hole would blank most or all of its image; pass a side of at most "
+                f"max(H, W)={max(height, width)} pixels, or a float in (0, 1) for a fraction "
+                "of min(H, W) that follows the image size"
+            )
+        return side
     fraction = float(length)
     if not 0.0 < fraction < 1.0:
         raise ValueError(
@@ -110,12 +117,18 @@ def cutout(
     Args:
         X: images ``(B, C, H, W)`` or a single image ``(C, H, W)``, any dtype.
         n_holes: number of holes (``>= 1``).
-        length: hole side, in pixels (int ``>= 1``) or as a fraction of ``min(H, W)`` (float).
+        length: hole side, in pixels (an int from 1 to ``max(H, W)``) or as a fraction of
+            ``min(H, W)`` (a float in ``(0, 1)``).
         per_sample: draw independent holes for every image of the batch.
         generator: source of randomness for the hole centres.
 
     Returns:
         A new tensor like ``X`` (dtype, device, memory format) with the holes set to 0.
+
+    Raises:
+        ValueError: when ``length`` in pixels exceeds ``max(H, W)``: such holes blank most or
+            all of every image (from ``2 · max(H, W)`` on, all of it), which is almost always a
+            side meant for larger images; the message says how to pass a fraction instead.
 
     Shape:
         - X: :math:`(B, C, H, W)` or :math:`(C, H, W)`

@@ -95,9 +95,14 @@ CASES = [
             lambda x, g: F.cutmix_batch(x, _labels(x), N_CLASSES, bbox=(1, 0, 3, 2), generator=g)
         ),
     ),
-    OpCase("cutout", lambda x, g: F.cutout(x, 2, 3, generator=g), per_sample=True),
+    # a 3-pixel hole needs an image at least 3 pixels on its longer side (larger is refused)
+    OpCase("cutout", lambda x, g: F.cutout(x, 2, 3, generator=g), per_sample=True, min_side=2),
     OpCase("cutout_fraction", lambda x, g: F.cutout(x, 1, 0.5, generator=g), per_sample=True),
-    OpCase("cutout_per_sample", lambda x, g: F.cutout(x, 2, 3, per_sample=True, generator=g)),
+    OpCase(
+        "cutout_per_sample",
+        lambda x, g: F.cutout(x, 2, 3, per_sample=True, generator=g),
+        min_side=2,
+    ),
     OpCase("colout", lambda x, g: F.colout(x[0], 0.3, 0.4, generator=g), empty=False),
     OpCase("colout_batch", lambda x, g: F.colout_batch(x, 0.3, 0.4, generator=g), per_sample=True),
     OpCase("blur_2d", lambda x, g: F.blur_2d(x), per_sample=True),

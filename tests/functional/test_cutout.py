@@ -106,6 +106,12 @@ def test_single_image() -> None:
         ({"length": 1.5}, ValueError, "fraction of min\\(H, W\\) and must be in \\(0, 1\\)"),
         ({"length": -0.5}, ValueError, "must be in \\(0, 1\\)"),
         ({"length": "4"}, TypeError, "length must be an int"),
+        ({"length": 9}, ValueError, "length=9 pixels is larger than the 8x8 images"),
+        (
+            {"length": 10**30},
+            ValueError,
+            "at most max\\(H, W\\)=8 pixels, or a float in \\(0, 1\\)",
+        ),
         ({"X": torch.rand(4, 4)}, ValueError, "X must have 3 or 4 dimensions"),
         ({"per_sample": 1}, TypeError, "per_sample must be a bool"),
         ({"n_holes": 1.0}, TypeError, "n_holes must be an int"),
@@ -116,3 +122,19 @@ def test_bad_arguments(kwargs, error, match) -> None:
     args.update(kwargs)
     with pytest.raises(error, match=match):
         F.cutout(**args)
+
+
+def test_a_hole_larger_than_the_image_is_refused_with_the_fix() -> None:
+    """Issue 22: a side meant for larger images (112 pixels on 32 x 32) blanked the whole
+    batch without a word. Up to max(H, W) a hole still leaves part of the image (on average)."""
+    x = torch.ones(4, 3, 32, 32)
+    with pytest.raises(ValueError, match=r"length=112 .* 32x32 images.* float in \(0, 1\)"):
+        F.cutout(x, 1, 112)
+    g = torch.Generator().manual_seed(0)
+    kept = F.cutout(torch.ones(64, 1, 32, 32), 1, 32, per_sample=True, generator=g)
+    assert 0.2 < float(kept.mean()) < 0.6  # a 32-pixel hole clipped at the border: ~44% kept
+    wide = torch.ones(2, 1, 8, 16)
+    assert F.cutout(wide, 1, 16).shape == wide.shape  # up to the longer side is accepted
+    with pytest.raises(ValueError, match="max\\(H, W\\)=16"):
+        F.cutout(wide, 1, 17)
+    assert torch.equal(F.cutout(torch.ones(2, 1, 0, 5), 1, 100), torch.ones(2, 1, 0, 5))
