@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 TEST_TORCH_SEED ?= 0
 
-.PHONY: test demo bench lint clean
+.PHONY: test demo bench peers lint clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	PYTHONPATH=.peers $(PY) -m benchmarks $(BENCH_ARGS)
+
+# The peers the benchmarks compare against (Composer, timm, kornia, ema-pytorch), pinned in
+# benchmarks/peers.txt, into .peers/ without their dependencies: the project's own torch and
+# environment are left as they are. Needs the package index; nothing else does.
+peers: $(STAMP)
+	$(PY) -m pip install -q --upgrade --target .peers --no-deps -r benchmarks/peers.txt
+	PYTHONPATH=.peers $(PY) -c "import composer.functional, timm, kornia, ema_pytorch; \
+		print('peers ready: composer', composer.__version__, 'timm', timm.__version__, \
+		'kornia', kornia.__version__)"
 
 lint: $(STAMP)
 	$(PY) -m ruff check surgery functional augment tests benchmarks

@@ -5,8 +5,11 @@ Every benchmark module exposes ``run(*, quick: bool, device: str) -> list[Table]
 ``python -m benchmarks.<name>`` runs one (its command line is :func:`main_for`).
 
 Timing rule: the candidates of one comparison are timed in the same process, interleaved
-(candidate A, B, C, A, B, C, ...) so that drift in the machine's speed hits all of them alike,
-and the median of the repeats is reported. Ratios are ``peer_time / our_time`` (> 1: we are faster).
+(candidate A, B, C, A, B, C, ...) so that drift in the machine's speed hits all of them alike.
+Each time is a :class:`Timing`: a float worth the median of the repeats that keeps the repeats,
+so that tables print every figure as ``median (min–max)``. A ratio of two timings of one
+comparison is taken repeat by repeat (A and B of the same round), then summarised the same way.
+Ratios are ``peer_time / our_time`` (> 1: we are faster).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,8 +30,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_DIR = ROOT / ".peers"
 
-# The peers live in .peers/ (../shared/tools/install_peers.sh .peers); appended, not prepended,
-# so the project's own environment always wins over anything installed there.
+# The peers live in .peers/ (`make peers`, pinned in benchmarks/peers.txt); appended, not
+# prepended, so the project's own environment always wins over anything installed there.
 if PEERS_DIR.is_dir() and str(PEERS_DIR) not in sys.path:
     sys.path.append(str(PEERS_DIR))
 
@@ -57,6 +60,58 @@ def synchronize(device: str | torch.device) -> None:
         torch.cuda.synchronize()
 
 
+class Timing(float):
+    """A measured figure: a float worth the median of its repeats, which it keeps (in order).
+
+    Scaling by a number (``1e3 * t``, ``t / n``, ``n / t``) maps every repeat; dividing two
+    timings of the same comparison (``run``: one :func:`time_interleaved` call) divides them
+    repeat by repeat, so a ratio's spread is that of paired measurements. Anything else gives a
+    plain float. :meth:`Table.markdown` prints a timing as ``median (min–max)``.
+    """
+
+    samples: tuple[float, ...]
+    run: object
+
+    def __new__(cls, samples: Iterable[float], run: object = None) -> Timing:
+        values = tuple(float(s) for s in samples)
+        timing = super().__new__(cls, statistics.median(values))
+        timing.samples = values
+        timing.run = run
+        return timing
+
+    @property
+    def spread(self) -> tuple[float, float, float]:
+        """``(min, median, max)`` of the repeats."""
+        return min(self.samples), float(self), max(self.samples)
+
+    def _map(self, fn: Callable[[float], float]) -> Timing:
+        return Timing((fn(s) for s in self.samples), self.run)
+
+    def __mul__(self, other: object) -> float:
+        if isinstance(other, Timing):
+            return float(self) * float(other)
+        if isinstance(other, (int, float)):
+            return self._map(lambda s: s * other)
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: object) -> float:
+        if isinstance(other, Timing):
+            if self.run is None or other.run is not self.run:
+                return float(self) / float(other)
+            pairs = zip(self.samples, other.samples, strict=True)
+            return Timing((a / b for a, b in pairs), self.run)
+        if isinstance(other, (int, float)):
+            return self._map(lambda s: s / other)
+        return NotImplemented
+
+    def __rtruediv__(self, other: object) -> float:
+        if isinstance(other, (int, float)) and not isinstance(other, Timing):
+            return self._map(lambda s: other / s)
+        return NotImplemented
+
+
 def time_interleaved(
     candidates: dict[str, Callable[[], object]],
     *,
@@ -65,8 +120,8 @@ def time_interleaved(
     warmup: int = 1,
     device: str = "cpu",
     setup: Callable[[], object] | None = None,
-) -> dict[str, float]:
-    """Median seconds per call of each candidate, timed interleaved in one process.
+) -> dict[str, Timing]:
+    """Seconds per call of each candidate (median and repeats), timed interleaved in one process.
 
     With ``setup``, every timed call gets a fresh ``setup()`` result as its only argument (built
     outside the timed region): for operations that consume their input, such as model surgery.
@@ -90,7 +145,8 @@ def time_interleaved(
                 synchronize(device)
                 total += time.perf_counter() - start
             samples[name].append(total / number)
-    return {name: statistics.median(v) for name, v in samples.items()}
+    run = object()  # this comparison: its timings divide repeat by repeat
+    return {name: Timing(v, run) for name, v in samples.items()}
 
 
 def copy_bandwidth(nbytes: int = 256 * 2**20, device: str = "cpu") -> float:
@@ -99,7 +155,7 @@ def copy_bandwidth(nbytes: int = 256 * 2**20, device: str = "cpu") -> float:
     src = torch.rand(n, device=device)
     dst = torch.empty_like(src)
     t = time_interleaved({"copy": lambda: dst.copy_(src)}, repeats=7, device=device)["copy"]
-    return 2 * src.numel() * src.element_size() / t
+    return float(2 * src.numel() * src.element_size() / t)  # the median, a constant
 
 
 @dataclass
@@ -116,6 +172,9 @@ class Table:
 
     def markdown(self) -> str:
         def fmt(v: object) -> str:
+            if isinstance(v, Timing) and len(v.samples) > 1:
+                low, median, high = v.spread
+                return f"{fmt(median)} ({fmt(low)}–{fmt(high)})"
             if isinstance(v, float):
                 return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
             return "—" if v is None else str(v)
@@ -132,7 +191,8 @@ class Table:
 
 
 def ratio(peer_time: float | None, ours: float) -> float | None:
-    """How many times faster we are than the peer (None when the peer is missing)."""
+    """How many times faster we are than the peer (None when the peer is missing); repeat by
+    repeat when both are :class:`Timing`s of one comparison."""
     return None if peer_time is None else peer_time / ours
 
 

@@ -97,7 +97,7 @@ def build(n_positions: int, width: int, layers: int, seed: int):
 def try_composer(model: torch.nn.Module) -> str:
     composer = peer("composer")
     if composer is None:
-        return "Composer not installed (../shared/tools/install_peers.sh .peers): not compared"
+        return "Composer not installed (`make peers`): not compared"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -54,9 +54,7 @@ def run(*, quick: bool = False, device: str = "cpu") -> list[Table]:
         ["model", "modules replaced", "ours (ms)", "Composer (ms)", "Composer / ours"],
     )
     if composer_surgery is None:
-        table.notes.append(
-            "Composer not installed (../shared/tools/install_peers.sh .peers): its column is empty"
-        )
+        table.notes.append("Composer not installed (`make peers`): its column is empty")
     for label, build in cases.items():
 
         def setup(build=build):
