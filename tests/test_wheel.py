@@ -27,8 +27,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("surgery", "functional", "augment")
 
-pytestmark = pytest.mark.slow
-
 # What a checkout may hold besides its sources; none of it goes into a release.
 LEFTOVERS = (".git", ".venv", ".peers", "*.egg-info", "build", "dist", "__pycache__", "*_cache")
 LEFTOVERS += (".hypothesis", "demo_out", "_build", "out")
@@ -85,6 +83,7 @@ def _metadata(wheel: Path) -> email.message.Message:
     return email.message_from_string(archive.read(name).decode())
 
 
+@pytest.mark.slow
 def test_wheel_holds_every_subpackage_and_nothing_else(dists):
     _, wheel = dists
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -103,6 +102,7 @@ def test_wheel_holds_every_subpackage_and_nothing_else(dists):
     assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
 
 
+@pytest.mark.slow
 def test_wheel_metadata_reads_well_on_a_package_index(dists):
     _, wheel = dists
     metadata = _metadata(wheel)
@@ -121,6 +121,7 @@ def test_wheel_metadata_reads_well_on_a_package_index(dists):
     assert "../" not in description and "shared/" not in description
 
 
+@pytest.mark.slow
 def test_sdist_is_the_whole_project(dists):
     sdist, _ = dists
     names = {name.split("/", 1)[1] for name in tarfile.open(sdist).getnames() if "/" in name}
@@ -218,6 +219,7 @@ def _python_blocks(markdown: str) -> str:
     return "\n".join(re.findall(r"```python\n(.*?)```", markdown, flags=re.DOTALL))
 
 
+@pytest.mark.slow
 def test_installed_wheel_trains_outside_the_tree(dists, tmp_path):
     _, wheel = dists
     venv = tmp_path / "venv"
@@ -245,3 +247,14 @@ def test_installed_wheel_trains_outside_the_tree(dists, tmp_path):
     env["PYTHONNOUSERSITE"] = "1"
     trained = _run([str(python), "train.py"], cwd=work, env=env)
     assert "trained 4 steps" in trained.stdout
+
+
+def test_the_two_readmes_share_one_quickstart():
+    """README.md (the repository's front page) and README.pypi.md (the package index's page,
+    run above against the installed wheel) show the same quickstart; neither points at files a
+    reader of it lacks."""
+    front = (ROOT / "README.md").read_text()
+    index = (ROOT / "README.pypi.md").read_text()
+    assert _python_blocks(index) and _python_blocks(index) in _python_blocks(front)
+    for text in (front, index):
+        assert "../" not in text and "shared/" not in text
