@@ -179,9 +179,11 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = " ".join(
-        ["python -m benchmarks", *map(shlex.quote, sys.argv[1:] if argv is None else argv)]
-    )
+    shown = list(sys.argv[1:] if argv is None else argv)
+    if "--note" in shown:  # the note is recorded once, after the machine
+        del shown[shown.index("--note") : shown.index("--note") + 2]
+    shown = [a for a in shown if not a.startswith("--note=")]
+    command = " ".join(["python -m benchmarks", *map(shlex.quote, shown)])
     absent = missing_peers(list(PEER_MODULES))
     measured = (
         f"_Measured {stamp} with `{command}`. Machine: {machine_description()}; "
