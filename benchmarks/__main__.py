@@ -129,7 +129,8 @@ comparable with each other.
 
 Every candidate of a table is timed interleaved with the others in one process. Each figure is
 `median (min–max)` over the repeats; ratios are peer time / our time (above 1: we are faster),
-paired repeat by repeat. Sections measured before the spread was recorded give medians only.
+paired repeat by repeat. Sections measured before the spread was recorded, and figures derived
+by subtracting one timing from another (the clipping table's), give medians only.
 """
 
 _SECTION = re.compile(r"^## (\w+)\s*$", re.MULTILINE)
