@@ -112,7 +112,14 @@ def apply_stochastic_depth(
     check_one_of(stochastic_method, "stochastic_method", _METHODS)
     if not isinstance(target_layer_name, str):
         raise TypeError(f"target_layer_name must be a str, got {type(target_layer_name).__name__}")
-    check_one_of(target_layer_name, "target_layer_name", sorted(STOCHASTIC_BLOCKS))
+    if target_layer_name not in STOCHASTIC_BLOCKS:
+        options = ", ".join(repr(name) for name in sorted(STOCHASTIC_BLOCKS))
+        raise ValueError(
+            f"target_layer_name must be one of {options}; got {target_layer_name!r}. To convert "
+            "another residual block, register it first: F.register_stochastic_block(name, "
+            "BlockClass, StochasticBlockClass), where StochasticBlockClass subclasses "
+            "F.StochasticBlock and BlockClass and scales its branch with self.drop_branch"
+        )
     drop_rate = check_probability(drop_rate, "drop_rate")
     check_one_of(drop_distribution, "drop_distribution", _DISTRIBUTIONS)
     check_bool(use_same_gpu_seed, "use_same_gpu_seed")
@@ -143,6 +150,7 @@ def apply_stochastic_depth(
             generators,
             share=share,
             skip_dropped=skip_dropped,
+            index=index,
         )
         return new
 
