@@ -13,6 +13,7 @@ from functional.stochastic_depth.layers import (
     StochasticBlock,
     StochasticBottleneck,
 )
+from functional.stochastic_depth.timm_blocks import timm_stochastic_blocks
 
 __all__ = ["STOCHASTIC_BLOCKS", "register_stochastic_block", "unregister_stochastic_block"]
 
@@ -40,6 +41,8 @@ STOCHASTIC_BLOCKS: Registry[str, tuple[type[nn.Module], type[StochasticBlock]]] 
 :func:`register_stochastic_block`, shrink it with :func:`unregister_stochastic_block`."""
 STOCHASTIC_BLOCKS.register("ResNetBottleneck", (Bottleneck, StochasticBottleneck))
 STOCHASTIC_BLOCKS.register("ResNetBasicBlock", (BasicBlock, StochasticBasicBlock))
+# timm's blocks ('TimmResNetBasicBlock', 'TimmViTBlock', ...): listed once timm is imported.
+STOCHASTIC_BLOCKS.register_lazy_group("timm", timm_stochastic_blocks)
 
 
 def register_stochastic_block(
