@@ -58,6 +58,10 @@ class StochasticBlock(nn.Module):
     units of ``2**-24``), so changing ``drop_rate`` never recompiles, and the draws come from
     torch's default generator of the device (dynamo cannot trace a ``torch.Generator``): seed it
     (``torch.manual_seed``) on every rank for reproducible or rank-shared decisions.
+
+    Saved state: :meth:`get_extra_state` puts the rate, the number of decisions drawn and the
+    model's seed in ``state_dict()``; loading restores them (a state dict without them loads
+    too, ``strict=True`` included, and leaves them as they are).
     """
 
     stochastic_method: str

@@ -38,7 +38,9 @@ STOCHASTIC_BLOCKS: Registry[str, tuple[type[nn.Module], type[StochasticBlock]]] 
     "stochastic block", check=_check_block_entry
 )
 """``target_layer_name -> (block class, stochastic class)``, read like a dict; extend it with
-:func:`register_stochastic_block`, shrink it with :func:`unregister_stochastic_block`."""
+:func:`register_stochastic_block`, shrink it with :func:`unregister_stochastic_block`. The
+torchvision entries are always there; the timm ones (``'TimmResNetBasicBlock'``,
+``'TimmViTBlock'``, ...) from the first read after ``timm`` has been imported."""
 STOCHASTIC_BLOCKS.register("ResNetBottleneck", (Bottleneck, StochasticBottleneck))
 STOCHASTIC_BLOCKS.register("ResNetBasicBlock", (BasicBlock, StochasticBasicBlock))
 # timm's blocks ('TimmResNetBasicBlock', 'TimmViTBlock', ...): listed once timm is imported.
