@@ -445,3 +445,71 @@ def test_pil_augmentation_rng() -> None:
         objs["rng"].setstate(ck["rng"])
 
     assert_resumes_exactly(make, step, save, load)
+
+
+# --------------------------------------------------------------------------- per rank (2 gloo ranks)
+
+
+def _ddp_stochastic_depth_resume(rank: int, world_size: int, method: str) -> None:
+    """Rank 0 saves; every rank loads rank 0's checkpoint into fresh objects (converted with
+    another seed) and must continue exactly as it would have without the interruption, with
+    rank-specific streams (``'sample'``; ``'block'`` with ``use_same_gpu_seed=False``)."""
+    import torch.distributed as dist
+
+    from tests.test_distributed import rank_batch, tiny_resnet
+
+    def build(seed: int) -> tuple[nn.Module, torch.optim.Optimizer, nn.Module]:
+        model = tiny_resnet()
+        F.apply_stochastic_depth(
+            model, method, "ResNetBasicBlock", drop_rate=0.5, use_same_gpu_seed=False, seed=seed
+        )
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=method == "block")
+        return model, opt, ddp
+
+    def train(ddp: nn.Module, opt: torch.optim.Optimizer, steps: range) -> None:
+        for step in steps:
+            x, y = rank_batch(rank, step)
+            opt.zero_grad(set_to_none=True)
+            nnf.cross_entropy(ddp(x), y).backward()
+            opt.step()
+
+    model, opt, ddp = build(5)
+    train(ddp, opt, range(4))
+    straight = [p.detach().clone() for p in model.parameters()]
+    model, opt, ddp = build(5)
+    train(ddp, opt, range(2))
+    box: list[Any] = [None]
+    if rank == 0:
+        buffer = io.BytesIO()
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, buffer)
+        box[0] = buffer.getvalue()
+    dist.broadcast_object_list(box, src=0)
+    model, opt, ddp = build(77)
+    checkpoint = torch.load(io.BytesIO(box[0]), weights_only=True)
+    model.load_state_dict(checkpoint["model"])
+    opt.load_state_dict(checkpoint["opt"])
+    train(ddp, opt, range(2, 4))
+    for want, got in zip(straight, model.parameters(), strict=True):
+        assert torch.equal(want, got), f"rank {rank}: the resumed weights differ"
+
+
+def scenario_resume_stochastic_depth_sample(rank: int, world_size: int) -> None:
+    _ddp_stochastic_depth_resume(rank, world_size, "sample")
+
+
+def scenario_resume_stochastic_depth_block_per_rank(rank: int, world_size: int) -> None:
+    _ddp_stochastic_depth_resume(rank, world_size, "block")
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    "scenario",
+    [scenario_resume_stochastic_depth_sample, scenario_resume_stochastic_depth_block_per_rank],
+    ids=["sample", "block_per_rank"],
+)
+def test_stochastic_depth_under_ddp(scenario: Callable[[int, int], None]) -> None:
+    from tests.test_distributed import launch
+
+    launch(scenario)
