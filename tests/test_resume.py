@@ -42,7 +42,7 @@ def small_cnn(seed: int) -> nn.Module:
         nn.Conv2d(3, 8, 3, padding=1),
         nn.BatchNorm2d(8),
         nn.ReLU(),
-        nn.Conv2d(8, 8, 3, padding=1),
+        nn.Conv2d(8, 8, 3, stride=2, padding=1),  # strided: something for blur pooling
         nn.BatchNorm2d(8),
         nn.ReLU(),
         nn.AdaptiveAvgPool2d(1),
@@ -252,7 +252,12 @@ def test_surgery_mid_training_with_adam_state(surgery: str) -> None:
 
     def step(objs: Objects, i: int) -> None:
         if i == 1:
+            before = len(list(objs["model"].modules()))
             transform(objs["model"], objs["opt"])
+            assert len(list(objs["model"].modules())) > before or surgery == "blurpool"
+            assert any(type(m).__name__.startswith("Blur") for m in objs["model"].modules()) or (
+                surgery != "blurpool"
+            )
         sgd_step(objs, *_batch(i))
 
     def load(objs: Objects, ck: dict[str, Any]) -> None:
