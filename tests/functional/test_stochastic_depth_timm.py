@@ -216,6 +216,7 @@ def test_compiled_training_one_graph_across_rates(method: str) -> None:
     assert losses[0] == pytest.approx(eager_losses[0], rel=1e-4)  # rate 0: deterministic
 
 
+@pytest.mark.slow
 def test_timm_entries_are_lazy_visible_and_removable() -> None:
     """``import functional`` does not import timm and lists no timm entry; once timm is
     imported the entries appear, and removing one removes it for good."""
