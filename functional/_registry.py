@@ -65,6 +65,7 @@ class Registry(Mapping[K, V]):
         self._check = check
         self._entries: dict[K, V] = {}
         self._lazy: dict[tuple[str, str], V] = {}
+        self._lazy_groups: dict[str, Callable[[], Mapping[K, V]]] = {}
 
     # -- changes ------------------------------------------------------------------------------
 
@@ -95,6 +96,16 @@ class Registry(Mapping[K, V]):
         registered by then; unregistering the resolved key removes it for good.
         """
         self._lazy[(module, attribute)] = value
+
+    def register_lazy_group(self, module: str, load: Callable[[], Mapping[K, V]]) -> None:
+        """Register the entries ``load()`` returns once ``module`` has been imported (by anyone;
+        this never imports it): for built-ins whose values are made from an optional
+        dependency's classes.
+
+        ``load`` is called once, at the first read after the import, and its entries never
+        replace keys registered by then; unregistering one of them removes it for good.
+        """
+        self._lazy_groups[module] = load
 
     def unregister(self, key: K) -> V:
         """Remove ``key`` and return its value.
@@ -162,6 +173,8 @@ class Registry(Mapping[K, V]):
 
     def _resolve(self) -> None:
         """Turn the lazy entries whose module is now imported into ordinary ones."""
+        if self._lazy_groups:
+            self._resolve_groups()
         if not self._lazy:
             return
         for spec in list(self._lazy):
@@ -169,6 +182,15 @@ class Registry(Mapping[K, V]):
             key = getattr(module, spec[1], None) if module is not None else None
             if key is not None:  # absent: not imported yet, or still importing
                 value = self._lazy.pop(spec)
+                self._entries.setdefault(key, value)
+
+    def _resolve_groups(self) -> None:
+        for name in list(self._lazy_groups):
+            module = sys.modules.get(name)
+            spec = getattr(module, "__spec__", None)
+            if module is None or getattr(spec, "_initializing", False):
+                continue  # not imported yet, or still importing
+            for key, value in self._lazy_groups.pop(name)().items():
                 self._entries.setdefault(key, value)
 
 

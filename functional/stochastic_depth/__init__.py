@@ -18,15 +18,22 @@ The drop rate of each block is also held in a 0-d int64 buffer, read by compiled
 :func:`set_stochastic_depth_drop_rate` (with the schedule :func:`stochastic_depth_drop_rate`,
 the seed's ``drop_warmup``) changes it without recompiling.
 
-Other residual blocks plug in through :func:`register_stochastic_block` (and leave through
-:func:`unregister_stochastic_block`).
+Each block saves its rate, its position in its random stream and the seed in
+``model.state_dict()``, so a run resumed from a checkpoint draws the decisions the
+uninterrupted run draws.
+
+timm's residual blocks (ResNet, ConvNeXt, ViT/DeiT, EfficientNet, RegNet) are built in once
+timm is imported; other residual blocks plug in through :func:`register_stochastic_block` (and
+leave through :func:`unregister_stochastic_block`).
 
 Layout of this package, one job per module:
 
-* :mod:`~functional.stochastic_depth.generators`: the private seeding and generators of the
-  drop decisions (host and device streams, shared by the ranks or not).
+* :mod:`~functional.stochastic_depth.generators`: the private seeding and counter-based
+  streams of the drop decisions (host and device, shared by the ranks or not).
 * :mod:`~functional.stochastic_depth.layers`: the :class:`StochasticBlock` mixin and the
   torchvision blocks :class:`StochasticBottleneck` and :class:`StochasticBasicBlock`.
+* :mod:`~functional.stochastic_depth.timm_blocks`: timm's blocks, made stochastic when timm
+  is imported (timm stays optional).
 * :mod:`~functional.stochastic_depth.registry`: :data:`STOCHASTIC_BLOCKS`,
   :func:`register_stochastic_block` and :func:`unregister_stochastic_block`.
 * :mod:`~functional.stochastic_depth.transform`: :func:`apply_stochastic_depth`.

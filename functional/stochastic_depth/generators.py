@@ -1,15 +1,24 @@
-"""Where stochastic depth's random decisions come from: the per-model generators (a host stream
-for ``'block'`` decisions, one generator per device for the rest), seeded once per model and
-shared by every rank or mixed with each rank's number."""
+"""Where stochastic depth's random decisions come from: counter-based streams, one per block,
+keyed by the model's seed (shared by every rank, or mixed with each rank's number), the block's
+index and how many decisions it has drawn.
+
+A decision is a pure function of ``(seed, rank or not, block index, draw number)``: the host
+decisions hash it into a uniform directly, the device ones seed a scratch ``torch.Generator``
+with it. The only state to save is therefore the seed and each block's draw count (three
+integers, the same on every rank that runs the same steps), which the blocks put in their
+``state_dict`` (see :meth:`StochasticBlock.get_extra_state`); a checkpoint saved on rank 0 and
+loaded on every rank resumes every rank's own stream."""
 
 from __future__ import annotations
 
-import random
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 _SEED_MASK = (1 << 63) - 1
+_UNIFORM_SHIFT = 10  # 63-bit hashes -> 53-bit float mantissas
+_UNIFORM_SCALE = 1.0 / (1 << 53)
 
 
 def _rank() -> int:
@@ -19,7 +28,7 @@ def _rank() -> int:
 
 
 def _mix(seed: int, rank: int) -> int:
-    """A rank-specific seed (SplitMix64 finaliser of seed and rank)."""
+    """A 63-bit hash of two integers (SplitMix64 finaliser of ``seed + golden · (rank + 1)``)."""
     z = (seed + 0x9E3779B97F4A7C15 * (rank + 1)) & ((1 << 64) - 1)
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & ((1 << 64) - 1)
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & ((1 << 64) - 1)
@@ -41,34 +50,46 @@ def _agreed_seed(seed: int | None) -> int:
 
 
 class _DropGenerators:
-    """The generators one stochastic model draws its decisions from, one per device.
+    """The random streams one stochastic model draws its decisions from.
 
-    ``shared=True``: seeded with the same seed on every rank, so ranks that run the same blocks
-    in the same order draw the same decisions. ``shared=False``: seeded per rank. Block
-    decisions come from the host stream :meth:`host`; per-sample decisions always use the
-    rank-specific device stream (different samples on every rank), which never disturbs the
-    shared one.
+    ``shared=True``: the ``'block'`` streams are keyed by the seed alone, so ranks that run the
+    same blocks in the same order draw the same decisions. ``shared=False``: keyed by (seed,
+    rank). Per-sample decisions always use the rank's own streams (different samples on every
+    rank). The per-device ``torch.Generator`` objects are scratch space, reseeded before every
+    draw: they hold no state, and copies and pickles leave them out.
     """
 
     def __init__(self, seed: int, *, shared: bool) -> None:
         self.seed = seed
         self.shared = shared
-        self._generators: dict[tuple[str, bool], torch.Generator] = {}
-        self._host: random.Random | None = None
+        self._generators: dict[str, torch.Generator] = {}
 
-    def host(self) -> random.Random:
-        """The stream of ``'block'`` decisions, drawn on the host (created lazily, after the
-        process group exists, so that the rank is known)."""
-        if self._host is None:
-            self._host = random.Random(self.seed if self.shared else _mix(self.seed, _rank()))
-        return self._host
+    def __getstate__(self) -> dict[str, Any]:
+        return {"seed": self.seed, "shared": self.shared}
 
-    def get(self, device: torch.device, *, shared: bool) -> torch.Generator:
-        """The generator of ``device``: the shared stream, or this rank's own."""
-        key = (str(device), shared)
-        generator = self._generators.get(key)
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Older pickles also carry ``_host`` and generators keyed by (device, shared): dropped.
+        self.seed = state["seed"]
+        self.shared = state["shared"]
+        self._generators = {}
+
+    def key(self, index: int, draw: int, *, shared: bool) -> int:
+        """The 63-bit key of draw number ``draw`` of block ``index``, on the shared stream or
+        on this rank's own."""
+        base = self.seed if shared and self.shared else _mix(self.seed, _rank())
+        return _mix(_mix(base, index), draw)
+
+    def uniform(self, index: int, draw: int) -> float:
+        """A host uniform in [0, 1) (53 bits) for a ``'block'`` decision."""
+        return (self.key(index, draw, shared=True) >> _UNIFORM_SHIFT) * _UNIFORM_SCALE
+
+    def generator(
+        self, device: torch.device, index: int, draw: int, *, shared: bool
+    ) -> torch.Generator:
+        """The scratch generator of ``device``, seeded for this draw."""
+        generator = self._generators.get(str(device))
         if generator is None:
             generator = torch.Generator(device=device)
-            generator.manual_seed(self.seed if shared else _mix(self.seed, _rank()))
-            self._generators[key] = generator
+            self._generators[str(device)] = generator
+        generator.manual_seed(self.key(index, draw, shared=shared))
         return generator

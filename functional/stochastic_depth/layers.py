@@ -5,13 +5,15 @@ buffer) and the built-in torchvision blocks :class:`StochasticBottleneck` and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
-from functional._args import check_bool, check_one_of, check_probability
+from functional._args import check_bool, check_int, check_one_of, check_probability
 from functional.stochastic_depth.generators import _DropGenerators
 
 __all__ = ["StochasticBasicBlock", "StochasticBlock", "StochasticBottleneck"]
@@ -24,6 +26,11 @@ _METHODS = ("block", "sample")
 # exact (dtype conversions touch floating buffers only).
 _RATE_BITS = 24
 _RATE_ONE = 1 << _RATE_BITS
+
+
+# The format of the stochastic state in ``state_dict()`` (see StochasticBlock.get_extra_state).
+_STATE_VERSION = 1
+_EXTRA_STATE_KEY = "_extra_state"  # torch.nn.modules.module._EXTRA_STATE_KEY_SUFFIX
 
 
 def _rate_units(p: float) -> int:
@@ -51,6 +58,10 @@ class StochasticBlock(nn.Module):
     units of ``2**-24``), so changing ``drop_rate`` never recompiles, and the draws come from
     torch's default generator of the device (dynamo cannot trace a ``torch.Generator``): seed it
     (``torch.manual_seed``) on every rank for reproducible or rank-shared decisions.
+
+    Saved state: :meth:`get_extra_state` puts the rate, the number of decisions drawn and the
+    model's seed in ``state_dict()``; loading restores them (a state dict without them loads
+    too, ``strict=True`` included, and leaves them as they are).
     """
 
     stochastic_method: str
@@ -59,6 +70,9 @@ class StochasticBlock(nn.Module):
     _drop_rate: float
     _drop_rate_share: float
     _drop_generators: _DropGenerators | None
+    # Class-level defaults: blocks built directly (or pickled before these existed) have them.
+    _stream_index: int = 0  # which of the model's streams this block draws from
+    _draws: int = 0  # how many decisions it has drawn (the position in its stream)
 
     def _init_stochastic(
         self,
@@ -68,6 +82,7 @@ class StochasticBlock(nn.Module):
         *,
         share: float = 1.0,
         skip_dropped: bool = True,
+        index: int = 0,
     ) -> None:
         check_one_of(stochastic_method, "stochastic_method", _METHODS)
         check_bool(skip_dropped, "skip_dropped")
@@ -80,6 +95,8 @@ class StochasticBlock(nn.Module):
         self.skip_dropped = skip_dropped
         self._drop_rate_share = share
         self._drop_generators = generators
+        self._stream_index = index
+        self._draws = 0
 
     @property
     def drop_rate(self) -> float:
@@ -113,16 +130,24 @@ class StochasticBlock(nn.Module):
         if p == 0:
             return None
         gens = self._drop_generators
-        draw = gens.host().random() if gens is not None else float(torch.rand(()))
+        draw = gens.uniform(self._stream_index, self._next_draw()) if gens is not None else None
+        if draw is None:
+            draw = float(torch.rand(()))
         if draw < p:
             return 0.0
         return 1.0 / (1.0 - p)
+
+    def _next_draw(self) -> int:
+        """The number of this draw in the block's stream (then one more has been drawn)."""
+        draw = self._draws
+        object.__setattr__(self, "_draws", draw + 1)  # a plain int: skip Module.__setattr__ (3 us)
+        return draw
 
     def _generator(self, device: torch.device, *, shared: bool) -> torch.Generator | None:
         gens = self._drop_generators
         if gens is None or device.type == "meta":
             return None
-        return gens.get(device, shared=shared and gens.shared)
+        return gens.generator(device, self._stream_index, self._next_draw(), shared=shared)
 
     def sample_scale(self, branch: torch.Tensor) -> torch.Tensor | None:
         """The ``'sample'`` factors, a (B, 1, ...) tensor of 0 or ``1 / (1 - p)`` drawn on the
@@ -215,6 +240,64 @@ class StochasticBlock(nn.Module):
             if isinstance(scale, float)
             else torch.addcmul(shortcut, value, scale)
         )
+
+    # -- checkpointing ----------------------------------------------------------------------
+
+    def get_extra_state(self) -> torch.Tensor:
+        """What resuming needs, saved in ``state_dict()`` under ``<block>._extra_state``.
+
+        A CPU int64 tensor ``[1, bits of drop_rate, draws, seed]``: the format version, the
+        drop rate as the bits of its float64 (exact: the rate set last with
+        :func:`set_stochastic_depth_drop_rate`), how many decisions the block has drawn, and
+        the model's seed (``-1`` for a block without generators, which draws from torch's
+        default one). A tensor, so that ``torch.load(..., weights_only=True)``, distributed
+        checkpoints and EMA state dicts take it as they take any integer buffer.
+        """
+        gens = self._drop_generators
+        seed = -1 if gens is None else gens.seed
+        bits = struct.unpack("<q", struct.pack("<d", self._drop_rate))[0]
+        return torch.tensor([_STATE_VERSION, bits, self._draws, seed], dtype=torch.int64)
+
+    def set_extra_state(self, state: Any) -> None:
+        """Restore what :meth:`get_extra_state` saved: the drop rate, the block's position in
+        its stream and the model's seed (kept when the saved block had no generators)."""
+        if not (
+            isinstance(state, torch.Tensor)
+            and state.dtype == torch.int64
+            and state.shape == (4,)
+            and int(state[0]) == _STATE_VERSION
+        ):
+            raise ValueError(
+                f"the stochastic depth state of a {type(self).__name__} must be an int64 tensor "
+                f"[{_STATE_VERSION}, rate bits, draws, seed] as saved by get_extra_state, got "
+                f"{state!r}"
+            )
+        _, bits, draws, seed = (int(v) for v in state.tolist())
+        rate = struct.unpack("<d", struct.pack("<q", bits))[0]
+        self._set_drop_rate(check_probability(rate, "the saved drop_rate"))
+        self._draws = check_int(draws, "the saved draw count", minimum=0)
+        if seed >= 0 and self._drop_generators is not None:
+            self._drop_generators.seed = seed
+
+    def _load_from_state_dict(
+        self,
+        state_dict: Mapping[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        """A state dict without this block's stochastic state (one of the unconverted model,
+        or saved before the state was saved) loads, ``strict=True`` included: the block keeps
+        its rate and its stream position."""
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        key = prefix + _EXTRA_STATE_KEY
+        if key not in state_dict and key in missing_keys:
+            missing_keys.remove(key)
 
     def extra_repr(self) -> str:
         return f"drop_rate={self.drop_rate:.4g}, stochastic_method={self.stochastic_method!r}"

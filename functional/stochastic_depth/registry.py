@@ -13,6 +13,7 @@ from functional.stochastic_depth.layers import (
     StochasticBlock,
     StochasticBottleneck,
 )
+from functional.stochastic_depth.timm_blocks import timm_stochastic_blocks
 
 __all__ = ["STOCHASTIC_BLOCKS", "register_stochastic_block", "unregister_stochastic_block"]
 
@@ -37,9 +38,13 @@ STOCHASTIC_BLOCKS: Registry[str, tuple[type[nn.Module], type[StochasticBlock]]] 
     "stochastic block", check=_check_block_entry
 )
 """``target_layer_name -> (block class, stochastic class)``, read like a dict; extend it with
-:func:`register_stochastic_block`, shrink it with :func:`unregister_stochastic_block`."""
+:func:`register_stochastic_block`, shrink it with :func:`unregister_stochastic_block`. The
+torchvision entries are always there; the timm ones (``'TimmResNetBasicBlock'``,
+``'TimmViTBlock'``, ...) from the first read after ``timm`` has been imported."""
 STOCHASTIC_BLOCKS.register("ResNetBottleneck", (Bottleneck, StochasticBottleneck))
 STOCHASTIC_BLOCKS.register("ResNetBasicBlock", (BasicBlock, StochasticBasicBlock))
+# timm's blocks ('TimmResNetBasicBlock', 'TimmViTBlock', ...): listed once timm is imported.
+STOCHASTIC_BLOCKS.register_lazy_group("timm", timm_stochastic_blocks)
 
 
 def register_stochastic_block(

@@ -57,7 +57,8 @@ def set_stochastic_depth_drop_rate(model: nn.Module, drop_rate: float) -> int:
     for a block built directly). Meant to be called every step (for instance with
     :func:`stochastic_depth_drop_rate`): an unchanged rate costs a comparison per block, a new
     one a ``fill_`` of each block's 0-d buffer ``drop_rate_units``. A compiled model reads the
-    rate from those buffers, so it does not recompile when the rate changes.
+    rate from those buffers, so it does not recompile when the rate changes. The rate set is
+    part of ``model.state_dict()``: loading a checkpoint restores it.
 
     Args:
         model: a model (or a single block) converted by :func:`apply_stochastic_depth`.

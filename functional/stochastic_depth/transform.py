@@ -47,14 +47,25 @@ def apply_stochastic_depth(
     one and evaluation computes exactly what the unmodified model computes. ``'block'`` drops
     the whole branch for the batch; ``'sample'`` drops it for each sample independently.
 
-    Randomness: the transform gives the model one generator per device, seeded from ``seed``
-    (default: derived from ``torch.initial_seed()``). With ``use_same_gpu_seed=True`` the
-    ``'block'`` decisions come from the same seed on every rank (rank 0's seed is broadcast once
-    here when ``torch.distributed`` is initialised, so call this on every rank, after
-    ``init_process_group``), and every rank drops the same blocks at every step; with ``False``
-    each rank's stream is seeded by (seed, rank), so ranks decide independently.
-    ``'sample'`` decisions always come from the rank's own stream. Neither mode ever waits
+    Randomness: the transform gives the model its own random streams, keyed by ``seed``
+    (default: derived from ``torch.initial_seed()``), by the block and by how many decisions
+    the block has drawn. With ``use_same_gpu_seed=True`` the ``'block'`` decisions come from
+    the same seed on every rank (rank 0's seed is broadcast once here when
+    ``torch.distributed`` is initialised, so call this on every rank, after
+    ``init_process_group``), and every rank drops the same blocks at every step; with
+    ``False`` each rank's streams are keyed by (seed, rank), so ranks decide independently.
+    ``'sample'`` decisions always come from the rank's own streams. Neither mode ever waits
     for the device.
+
+    Checkpoints: each converted block saves its drop rate (as last set by
+    :func:`set_stochastic_depth_drop_rate`), how many decisions it has drawn and the seed in
+    ``model.state_dict()`` (``<block>._extra_state``, a 4-element int64 tensor), so a model
+    converted afresh (any ``seed``) that loads the state dict continues with exactly the
+    decisions the uninterrupted run would have drawn, on every rank, from a checkpoint saved on
+    rank 0. A state dict without that state (of the unconverted model, or saved by an older
+    version) still loads with ``strict=True``; the blocks then keep their rate and streams.
+    To load a converted model's state dict into an unconverted model, drop the keys ending in
+    ``._extra_state`` (or pass ``strict=False``).
 
     Two ways to decide in ``'block'`` mode:
 
@@ -76,13 +87,25 @@ def apply_stochastic_depth(
     replayed at every step. Use the default in eager training (the saving grows with ``drop_rate``); under
     ``torch.compile`` the device decision is used whatever ``skip_dropped`` says (measured on
     a CPU ResNet in ``benchmarks/models.py``). Compiled draws come from torch's default
-    generator of the device (dynamo cannot trace a ``torch.Generator``), not from ``seed``.
+    generator of the device (dynamo cannot trace a ``torch.Generator``), not from ``seed``: to
+    resume them exactly, save and restore ``torch.get_rng_state()`` (and
+    ``torch.cuda.get_rng_state_all()``) with the checkpoint.
+
+    timm: the blocks of timm's ResNets (``'TimmResNetBasicBlock'``, ``'TimmResNetBottleneck'``),
+    ConvNeXt (``'TimmConvNeXtBlock'``), ViT and DeiT (``'TimmViTBlock'``: its two residual
+    branches decide independently, at the block's rate), EfficientNet
+    (``'TimmInvertedResidual'``, ``'TimmDepthwiseSeparableConv'``, ``'TimmEdgeResidual'``) and
+    RegNet (``'TimmRegNetBottleneck'``) are built-in entries of :data:`STOCHASTIC_BLOCKS` once
+    ``timm`` is imported. Their ``drop_path`` modules (timm's own ``DropPath`` at the rate the
+    model was built with, or ``Identity``) are replaced by ones that apply this transform's
+    decisions; everything above holds for them, except that timm computes a branch before its
+    ``drop_path`` runs, so a dropped branch saves its backward only.
 
     Args:
         model: the model to change in place.
         stochastic_method: ``'block'`` or ``'sample'``.
         target_layer_name: a key of :data:`STOCHASTIC_BLOCKS`: ``'ResNetBottleneck'``,
-            ``'ResNetBasicBlock'`` (torchvision) or one added by
+            ``'ResNetBasicBlock'`` (torchvision), a timm block (above) or one added by
             :func:`register_stochastic_block`.
         drop_rate: the base drop probability ``p`` in [0, 1] (at 1 the branch never
             contributes while training).
@@ -112,7 +135,14 @@ def apply_stochastic_depth(
     check_one_of(stochastic_method, "stochastic_method", _METHODS)
     if not isinstance(target_layer_name, str):
         raise TypeError(f"target_layer_name must be a str, got {type(target_layer_name).__name__}")
-    check_one_of(target_layer_name, "target_layer_name", sorted(STOCHASTIC_BLOCKS))
+    if target_layer_name not in STOCHASTIC_BLOCKS:
+        options = ", ".join(repr(name) for name in sorted(STOCHASTIC_BLOCKS))
+        raise ValueError(
+            f"target_layer_name must be one of {options}; got {target_layer_name!r}. To convert "
+            "another residual block, register it first: F.register_stochastic_block(name, "
+            "BlockClass, StochasticBlockClass), where StochasticBlockClass subclasses "
+            "F.StochasticBlock and BlockClass and scales its branch with self.drop_branch"
+        )
     drop_rate = check_probability(drop_rate, "drop_rate")
     check_one_of(drop_distribution, "drop_distribution", _DISTRIBUTIONS)
     check_bool(use_same_gpu_seed, "use_same_gpu_seed")
@@ -143,6 +173,7 @@ def apply_stochastic_depth(
             generators,
             share=share,
             skip_dropped=skip_dropped,
+            index=index,
         )
         return new
 

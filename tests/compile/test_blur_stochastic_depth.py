@@ -132,6 +132,8 @@ def assert_same_training(
     state = model.state_dict() if buffers else dict(model.named_parameters())
     eager_state = eager.state_dict() if buffers else dict(eager.named_parameters())
     for (name, a), (_, b) in zip(state.items(), eager_state.items(), strict=True):
+        if name.endswith("._extra_state"):
+            continue  # stream positions: compiled draws come from torch's generator instead
         if a.is_floating_point():
             torch.testing.assert_close(a, b, rtol=weight_tol, atol=weight_tol, msg=name)
         else:

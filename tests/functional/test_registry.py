@@ -125,6 +125,31 @@ def test_lazy_entry_does_not_override_a_user_registration(monkeypatch):
     assert registry[Model] == "user's" and len(registry) == 1
 
 
+def test_lazy_group_loads_once_after_the_import_and_never_overrides(monkeypatch):
+    """``register_lazy_group``: the loader runs at the first read after its module is imported
+    (never while it is importing, never before), once; its entries yield to keys registered
+    by then, and an unregistered one stays removed."""
+    name = "tests_registry_fake_optional_dependency_3"
+    calls: list[int] = []
+
+    def load() -> dict[str, str]:
+        calls.append(1)
+        return {"a": "built-in a", "b": "built-in b"}
+
+    registry: Registry[str, str] = Registry("block")
+    registry.register_lazy_group(name, load)
+    registry.register("b", "user's b")
+    assert list(registry) == ["b"] and calls == []
+    module = types.ModuleType(name)
+    module.__spec__ = types.SimpleNamespace(_initializing=True)
+    monkeypatch.setitem(sys.modules, name, module)
+    assert "a" not in registry and calls == []  # still importing
+    module.__spec__._initializing = False
+    assert registry.snapshot() == {"b": "user's b", "a": "built-in a"} and calls == [1]
+    registry.unregister("a")
+    assert "a" not in registry and list(registry) == ["b"] and calls == [1]
+
+
 def test_repr_names_the_keys():
     registry: Registry[type, int] = Registry("converter")
     registry.register(nn.Linear, 1)

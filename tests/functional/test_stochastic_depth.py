@@ -70,7 +70,10 @@ def test_eval_is_exactly_the_original_and_training_works(
     assert [round(b.drop_rate, 12) for b in blocks] == [
         round(0.5 * (i + 1) / count, 12) for i in range(count)
     ]
-    assert list(model.state_dict()) == keys
+    # the original keys, plus each block's stochastic state (rate, stream position, seed)
+    new_keys = list(model.state_dict())
+    assert [k for k in new_keys if not k.endswith("._extra_state")] == keys
+    assert len(new_keys) == len(keys) + count
     assert [id(p) for p in model.parameters()] == params
     assert_optimizer_matches(opt, model)
     assert_state_survives(before, opt, model)
@@ -238,6 +241,8 @@ def test_validation_and_no_effect():
         ValueError, match="target_layer_name must be one of 'ResNetBasicBlock', 'ResNetBottleneck'"
     ):
         apply_stochastic_depth(model, "block", "ResNetBlock")
+    with pytest.raises(ValueError, match=r"register it first: F\.register_stochastic_block\("):
+        apply_stochastic_depth(model, "block", "ResNetBlock")  # issue 22.5: say how to add one
     with pytest.raises(ValueError, match="stochastic_method must be one of"):
         apply_stochastic_depth(model, "layer", "ResNetBasicBlock")
     with pytest.raises(ValueError, match="drop_distribution must be one of"):
@@ -323,7 +328,7 @@ def test_rate_buffer_survives_dtype_conversion_and_follows_the_rate():
     assert block.drop_rate_units.item() == round(0.2 * 2**24)
     block.drop_rate = 0.7
     assert block.drop_rate == 0.7 and block.drop_rate_units.item() == round(0.7 * 2**24)
-    assert "drop_rate_units" not in model.state_dict()
+    assert "drop_rate_units" not in model.state_dict()  # the rate is in the block's state
     with pytest.raises(ValueError, match=r"drop_rate must be in \[0.0, 1.0\], got 1.5"):
         block.drop_rate = 1.5
 
@@ -425,4 +430,85 @@ def test_unregister_stochastic_block():
         model = apply_stochastic_depth(nn.Sequential(Residual()), "block", "UnregisterMe")
         assert type(model[0]) is StochasticResidual
     assert "UnregisterMe" not in STOCHASTIC_BLOCKS
-    assert list(STOCHASTIC_BLOCKS) == ["ResNetBottleneck", "ResNetBasicBlock"]
+    assert list(STOCHASTIC_BLOCKS)[:2] == ["ResNetBottleneck", "ResNetBasicBlock"]
+
+
+# --------------------------------------------------------------------------- saved state (issue 24)
+
+
+def _converted(seed: int | None = 5, rate: float = 0.4) -> nn.Module:
+    model = torchvision.models.resnet.ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10)
+    return apply_stochastic_depth(model, "block", "ResNetBasicBlock", drop_rate=rate, seed=seed)
+
+
+def _decisions(model: nn.Module, n: int = 6) -> list[list[float | None]]:
+    blocks = [m for m in model.modules() if isinstance(m, StochasticBlock)]
+    return [[b.train().block_scale() for b in blocks] for _ in range(n)]
+
+
+def test_state_dict_holds_rate_stream_and_seed_and_restores_them(tmp_path):
+    """The rate set from the loop, each block's stream position and the seed are in
+    ``state_dict()`` (a plain int64 tensor per block, loadable with ``weights_only=True``);
+    a freshly converted model (another seed) that loads it draws what the original draws."""
+    model = _converted(seed=None)
+    F.set_stochastic_depth_drop_rate(model, 0.25)
+    _decisions(model, 3)
+    state = model.state_dict()
+    extra = state["layer2.0._extra_state"]
+    assert extra.dtype == torch.int64 and extra.shape == (4,) and extra[2] == 3
+    torch.save(state, tmp_path / "model.pt")
+    fresh = _converted(seed=123, rate=0.9)
+    fresh.load_state_dict(torch.load(tmp_path / "model.pt", weights_only=True), strict=True)
+    assert [b.drop_rate for b in fresh.modules() if isinstance(b, StochasticBlock)] == [
+        b.drop_rate for b in model.modules() if isinstance(b, StochasticBlock)
+    ]
+    assert fresh.layer4[0].drop_rate_units.item() == round(0.25 * 2**24)
+    assert _decisions(fresh) == _decisions(model)
+
+
+def test_state_dict_without_the_stochastic_state_loads_strictly():
+    """A state dict of the unconverted model (pretrained weights) or of a converted model saved
+    before the state was saved loads with ``strict=True``; the blocks keep their rate and
+    stream. A malformed state is refused with a clear message."""
+    plain = torchvision.models.resnet.ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10)
+    model = _converted()
+    before = _decisions(_converted(), 2)
+    model.load_state_dict(plain.state_dict(), strict=True)
+    assert model.layer4[0].drop_rate == 0.4
+    assert _decisions(model, 2) == before
+    for key, value in plain.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[key], value, rtol=0, atol=0)
+    bad = model.state_dict()
+    bad["layer1.0._extra_state"] = torch.zeros(3, dtype=torch.int64)
+    with pytest.raises(ValueError, match="must be an int64 tensor"):
+        model.load_state_dict(bad)
+
+
+def test_blocks_draw_from_their_own_counted_stream():
+    """A decision depends on (seed, block, draw number) and the rank only: block 2's draws do
+    not depend on whether block 1 draws."""
+    a, b = _converted(), _converted()
+    b.layer1[0].drop_rate = 0.0  # block 1 stops drawing: the others are unaffected
+    assert [row[1:] for row in _decisions(a)] == [row[1:] for row in _decisions(b)]
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_rank_zero_checkpoint_resumes_every_rank(monkeypatch, shared):
+    """Rank 0 saves; every rank loads the same file. Rank 1's resumed decisions are those it
+    would have drawn without interruption, with rank-specific streams too."""
+
+    def build(rank: int) -> nn.Module:
+        monkeypatch.setattr(generators, "_rank", lambda: rank)
+        model = torchvision.models.resnet.ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10)
+        return apply_stochastic_depth(
+            model, "block", "ResNetBasicBlock", drop_rate=0.5, use_same_gpu_seed=shared, seed=9
+        )
+
+    rank1 = build(1)
+    straight = _decisions(rank1, 6)
+    rank0 = build(0)
+    _decisions(rank0, 3)
+    state = rank0.state_dict()
+    resumed = build(1)
+    resumed.load_state_dict(state)
+    assert _decisions(resumed, 3) == straight[3:]
