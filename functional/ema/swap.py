@@ -10,7 +10,7 @@ from collections.abc import Iterator, MutableMapping
 import torch
 from torch import nn
 
-from functional.ema.pairing import _pairs
+from functional.ema.pairing import _memory_order, _pairs
 
 try:  # torch.distributed may be missing from some builds
     from torch.distributed.fsdp import FSDPModule
@@ -21,6 +21,8 @@ __all__ = ["swap_ema_weights", "use_ema_weights"]
 
 # Integer dtypes of each element size, to swap any tensor's bits in place.
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+# The most memory a swap borrows: its scratch buffer, one per (device, element size) in turn.
+_SCRATCH_BYTES = 32 * 2**20
 
 
 def _as_bits(t: torch.Tensor) -> torch.Tensor:
@@ -41,11 +43,20 @@ def swap_ema_weights(
     r"""Exchange the values of ``model``'s and ``ema_model``'s parameters and buffers, in place.
 
     Every floating and integer parameter and buffer, paired by name as in
-    :func:`compute_ema`, trades its contents with its partner, bit for bit, through three
-    in-place XORs of an integer view of the memory (:math:`a \mathrel{\oplus}= b,\
-    b \mathrel{\oplus}= a,\ a \mathrel{\oplus}= b`): no copy of the model and no temporary
-    (O(1) extra memory), and every tensor object, its storage, the optimizer's references and
-    its state stay where they are. Calling it twice restores both sides exactly.
+    :func:`compute_ema`, trades its contents with its partner, bit for bit (copies of an
+    integer view of the memory, so NaN payloads and signed zeros survive). Every tensor object,
+    its storage, the optimizer's references and its state stay where they are. Calling it
+    twice restores both sides exactly.
+
+    The exchange goes through a scratch buffer of at most 32 MiB (less for a smaller model),
+    freed on return: a round at a time, up to 32 MiB of tensors are copied to the scratch,
+    their partners copied over them and the scratch copied into the partners, three
+    multi-tensor copies per round. That reads and writes each side once plus the scratch
+    twice, :math:`1.5\times` the minimum traffic, in a few dozen kernel launches for a
+    ResNet-50, with extra memory that does not grow with the model. A pair whose memory is
+    not one dense block (a strided slice) or whose two sides differ in strides is swapped by
+    three in-place XORs instead (:math:`a \mathrel{\oplus}= b,\ b \mathrel{\oplus}= a,\
+    a \mathrel{\oplus}= b`, no scratch, :math:`2.25\times` the minimum traffic).
 
     This evaluates with the EMA weights without a third copy of the model (see
     :func:`use_ema_weights` for the context-manager form). It works through
@@ -93,15 +104,65 @@ def swap_ema_weights(
                 f"{value.dtype}/{value.device} in model but {ema.dtype}/{ema.device} in "
                 "ema_model; a swap in place needs the same on both sides"
             )
+    _swap_(swaps)
+
+
+def _swap_(swaps: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Exchange the memory of every (ema, model) pair; tied tensors once."""
     seen: set[int] = set()
+    by_copies: dict[tuple[torch.device, torch.dtype], list] = {}
     for ema, value in swaps:
         if value.data_ptr() in seen:  # a tied tensor of the model: swapped once
             continue
         seen.add(value.data_ptr())
         a, b = _as_bits(value), _as_bits(ema)
-        a.bitwise_xor_(b)
-        b.bitwise_xor_(a)
-        a.bitwise_xor_(b)
+        flat_a, flat_b = _memory_order(a), _memory_order(b)
+        if flat_a is not None and flat_b is not None and a.stride() == b.stride():
+            by_copies.setdefault((a.device, a.dtype), []).append((flat_a, flat_b))
+        else:  # strided: three XORs, in place
+            a.bitwise_xor_(b)
+            b.bitwise_xor_(a)
+            a.bitwise_xor_(b)
+    for (device, dtype), flats in by_copies.items():
+        _swap_through_scratch(flats, device, dtype)
+
+
+def _swap_through_scratch(
+    flats: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device, dtype: torch.dtype
+) -> None:
+    """Swap 1-D pairs through a scratch buffer of at most ``_SCRATCH_BYTES``, a round at a time:
+    three multi-tensor copies per round (scratch ← a, a ← b, b ← scratch)."""
+    total = sum(a.numel() for a, _ in flats)
+    size = min(total, _SCRATCH_BYTES // dtype.itemsize)
+    if size == 0:
+        return
+    scratch = torch.empty(size, dtype=dtype, device=device)
+    for pieces in _rounds(flats, scratch):
+        a, b, tmp = (list(side) for side in zip(*pieces, strict=True))
+        torch._foreach_copy_(tmp, a)
+        torch._foreach_copy_(a, b)
+        torch._foreach_copy_(b, tmp)
+
+
+def _rounds(
+    flats: list[tuple[torch.Tensor, torch.Tensor]], scratch: torch.Tensor
+) -> Iterator[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
+    """Cut the pairs into rounds that fit in ``scratch``: (a piece, b piece, scratch piece)
+    triples; a tensor larger than what a round has left continues in the next round."""
+    size = scratch.numel()
+    used, pieces = 0, []
+    for a, b in flats:
+        start, n = 0, a.numel()
+        while start < n:
+            end = start + min(n - start, size - used)
+            pieces.append((a[start:end], b[start:end], scratch[used : used + end - start]))
+            used += end - start
+            start = end
+            if used == size:
+                yield pieces
+                used, pieces = 0, []
+    if pieces:
+        yield pieces
 
 
 def _reshard(module: nn.Module) -> None:

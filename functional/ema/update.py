@@ -8,9 +8,10 @@ from collections.abc import MutableMapping
 import torch
 from torch import nn
 
-from functional._args import check_bool, check_probability
+from functional._args import check_bool, check_generator, check_probability
 from functional._values import check_step_scalar
-from functional.ema.pairing import _pairs
+from functional.ema.pairing import _pairs, _same_dense_layout
+from functional.ema.rounding import LOW_PRECISION, _lerp_stochastic_, _warn_round_to_nearest
 
 __all__ = ["compute_ema"]
 
@@ -18,7 +19,7 @@ __all__ = ["compute_ema"]
 def _check_smoothing(smoothing: object) -> float | torch.Tensor:
     """A Python number or a 0-d floating tensor in [0, 1] (see ``check_step_scalar``)."""
     return check_step_scalar(
-        smoothing, "smoothing", "in [0, 1]", lambda t: (t >= 0) & (t <= 1), check_probability
+        smoothing, "smoothing", "in [0, 1]", lambda t: t.clamp(0, 1) == t, check_probability
     )
 
 
@@ -29,6 +30,7 @@ def compute_ema(
     smoothing: float | torch.Tensor = 0.99,
     *,
     train_with_ema_weights: bool = False,
+    generator: torch.Generator | None = None,
 ) -> None:
     r"""Move ``ema_model``'s weights towards ``model``'s, in place (exponential moving average).
 
@@ -91,20 +93,93 @@ def compute_ema(
     """
     smoothing = _check_smoothing(smoothing)
     check_bool(train_with_ema_weights, "train_with_ema_weights")
+    generator = check_generator(generator)
     pairs = _pairs(model, ema_model, "compute_ema")
     for (device, dtype), (ema_list, model_list, originals) in pairs.groups.items():
-        if isinstance(smoothing, torch.Tensor):
-            weight = (1.0 - smoothing).to(device=device, dtype=dtype)
-            torch._foreach_lerp_(ema_list, model_list, [weight] * len(ema_list))
-        elif torch.compiler.is_compiling():
-            # A float passed as a Scalar argument would be specialised (a recompile per value);
-            # as a factor of a tensor it stays a graph input.
-            weight = torch.ones((), device=device, dtype=dtype) * (1.0 - smoothing)
-            torch._foreach_lerp_(ema_list, model_list, [weight] * len(ema_list))
+        if dtype in LOW_PRECISION and generator is not None:
+            _lerp_stochastic_(ema_list, originals, _weight(smoothing, device), generator)
         else:
-            torch._foreach_lerp_(ema_list, model_list, 1.0 - smoothing)
+            if dtype in LOW_PRECISION and not _is_end_point(smoothing):
+                _warn_round_to_nearest(dtype)
+            _lerp_(ema_list, model_list, smoothing, device, dtype)
         if train_with_ema_weights:
             torch._foreach_copy_(originals, ema_list)
     if pairs.copies:
         ema_ints, model_ints = zip(*pairs.copies, strict=True)
         torch._foreach_copy_(list(ema_ints), list(model_ints))
+
+
+def _is_end_point(smoothing: float | torch.Tensor) -> bool:
+    """A number 0 (copy) or 1 (no change): no rounding to warn about."""
+    return not isinstance(smoothing, torch.Tensor) and smoothing in (0.0, 1.0)
+
+
+def _weight(smoothing: float | torch.Tensor, device: torch.device) -> float | torch.Tensor:
+    """``1 - smoothing``, a float32 tensor on ``device`` if ``smoothing`` is a tensor."""
+    if isinstance(smoothing, torch.Tensor):
+        return 1.0 - smoothing.to(device, torch.float32)
+    return 1.0 - smoothing
+
+
+def _lerp_(
+    ema_list: list[torch.Tensor],
+    model_list: list[torch.Tensor],
+    smoothing: float | torch.Tensor,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> None:
+    """``ema ← lerp(ema, model, 1 - smoothing)`` over one (device, dtype) group, fused."""
+    if torch.compiler.is_compiling():
+        # A float passed as a Scalar argument would be specialised (a recompile per value); as
+        # a factor of a tensor it stays a graph input. Inductor fuses the per-tensor weights.
+        weight = torch.ones((), device=device, dtype=dtype) * (1.0 - smoothing)
+        torch._foreach_lerp_(ema_list, model_list, [weight] * len(ema_list))
+    elif not isinstance(smoothing, torch.Tensor):
+        torch._foreach_lerp_(ema_list, model_list, 1.0 - smoothing)
+    elif not _fused_lerp_(ema_list, model_list, smoothing, device, dtype):
+        weight = (1.0 - smoothing).to(device=device, dtype=dtype)
+        torch._foreach_lerp_(ema_list, model_list, [weight] * len(ema_list))
+
+
+def _fused_lerp_(
+    ema_list: list[torch.Tensor],
+    model_list: list[torch.Tensor],
+    smoothing: torch.Tensor,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> bool:
+    r"""The EMA step with a tensor ``smoothing`` as one multi-tensor kernel; False if not taken.
+
+        ``torch._foreach_lerp_`` takes its weight as a host number or as one tensor per tensor
+        (``[w] * n`` leaves the multi-tensor fast path: a kernel per tensor). The EMA step is
+        one SGD step of learning rate :math:`1 - s` on :math:`	frac12\lVert w_	ext{ema} -
+        w_	ext{model}
+    Vert^2`, and torch's fused SGD reads its learning rate from a device
+        tensor: with the model as the "gradient", weight decay -1 and learning rate :math:`s - 1`
+        it computes :math:`w_	ext{ema} + (1 - s)(w_	ext{model} - w_	ext{ema})` in one pass,
+        reading both sides once and writing the EMA once (float32 arithmetic for bfloat16 and
+        float16, the product in double for float32), and writes nothing else. The kernel walks
+        memory, so every pair must have the same strides and fill its memory densely.
+    """
+    if dtype not in (torch.float32, *LOW_PRECISION) or not all(
+        map(_same_dense_layout, ema_list, model_list)
+    ):
+        return False
+    lr = smoothing.to(torch.float32)
+    lr = (lr if lr.device.type == "cpu" else lr.to(device)) - 1.0
+    try:
+        torch._fused_sgd_(
+            ema_list,
+            model_list,
+            [],
+            weight_decay=-1.0,
+            momentum=0.0,
+            lr=lr,
+            dampening=0.0,
+            nesterov=False,
+            maximize=False,
+            is_first_step=False,
+        )
+    except NotImplementedError:  # a backend without fused SGD: fails before any work
+        return False
+    return True
