@@ -5,12 +5,16 @@ form; FSDP2 modules are resharded first so that each rank swaps its local shards
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator, MutableMapping
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
+from functional._args import check_one_of
 from functional.ema.pairing import _memory_order, _pairs
+from surgery import unwrap_model
 
 try:  # torch.distributed may be missing from some builds
     from torch.distributed.fsdp import FSDPModule
@@ -23,6 +27,8 @@ __all__ = ["swap_ema_weights", "use_ema_weights"]
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 # The most memory a swap borrows: its scratch buffer, one per (device, element size) in turn.
 _SCRATCH_BYTES = 32 * 2**20
+# What a state_dict() call inside use_ema_weights does.
+_ON_STATE_DICT = ("warn", "raise", "allow")
 
 
 def _as_bits(t: torch.Tensor) -> torch.Tensor:
@@ -67,6 +73,11 @@ def swap_ema_weights(
     steps. Both
     sides must keep each tensor in the same dtype and on the same device (a float32 EMA of a
     bfloat16 model cannot be swapped; load it instead).
+
+    Between a call and the next, ``model`` holds the EMA weights and ``ema_model`` the
+    training weights: a training checkpoint saved then would resume from the EMA weights.
+    :func:`use_ema_weights` watches ``state_dict()`` calls in its block for this; with this
+    function, save only after swapping back.
 
     Args:
         model: the trained model (or its wrapper).
@@ -177,13 +188,40 @@ def _reshard(module: nn.Module) -> None:
 
 @contextlib.contextmanager
 def use_ema_weights(
-    model: nn.Module, ema_model: nn.Module | MutableMapping[str, torch.Tensor]
+    model: nn.Module,
+    ema_model: nn.Module | MutableMapping[str, torch.Tensor],
+    *,
+    on_state_dict: str = "warn",
 ) -> Iterator[nn.Module]:
     """Inside the block, ``model`` holds the EMA weights; on leaving, its own weights are back.
 
     The context-manager form of :func:`swap_ema_weights` (swap on entry, swap back on exit,
     also when the block raises); the block holds ``ema_model``'s former contents in
     ``ema_model``. Yields ``model``.
+
+    **Checkpoints.** Inside the block ``model.state_dict()`` holds the EMA weights and
+    ``ema_model.state_dict()`` the training weights, so a training checkpoint saved there
+    would resume from the EMA weights and average into the training weights. Calling
+    ``state_dict()`` on ``model`` or on an ``ema_model`` module inside the block therefore
+    warns (``on_state_dict="warn"``, the default: a ``UserWarning`` that says the fix), raises
+    a ``RuntimeError`` before anything is saved (``"raise"``), or passes silently
+    (``"allow"``: the block is *meant* to hand out the EMA weights, e.g. to export them for
+    inference with ``torch.save(model.state_dict(), ...)``, ``torch.export`` or an ONNX
+    export; a state dict shares memory with the model, so save or copy it inside the block).
+    Save training checkpoints outside the block; the simplest export of the EMA
+    weights is ``ema_model.state_dict()`` outside it. An ``ema_model`` given as a dict of
+    tensors holds the training weights inside the block and cannot be watched: do not save it
+    there.
+
+    Args:
+        model: the trained model (or its wrapper).
+        ema_model: its EMA copy, or a name → tensor mapping.
+        on_state_dict: ``"warn"``, ``"raise"`` or ``"allow"``: what a ``state_dict()`` call on
+            ``model`` or ``ema_model`` does inside the block.
+
+    Raises:
+        ValueError: for another ``on_state_dict``.
+        RuntimeError: with ``on_state_dict="raise"``, from a ``state_dict()`` call in the block.
 
     Example:
         >>> import copy, torch, functional as F
@@ -196,9 +234,54 @@ def use_ema_weights(
         5.0
         >>> float(model.bias.detach()) == 5.0
         False
+        >>> with F.use_ema_weights(model, ema, on_state_dict="allow"):
+        ...     exported = copy.deepcopy(model.state_dict())  # the EMA weights, for inference
+        >>> float(exported["bias"])
+        5.0
     """
+    check_one_of(on_state_dict, "on_state_dict", _ON_STATE_DICT)
     swap_ema_weights(model, ema_model)
+    handles = []
     try:
+        if on_state_dict != "allow":
+            handles = _watch_state_dicts(model, ema_model, on_state_dict)
         yield model
     finally:
+        for handle in handles:
+            handle.remove()
         swap_ema_weights(model, ema_model)
+
+
+def _watch_state_dicts(
+    model: nn.Module, ema_model: nn.Module | MutableMapping[str, torch.Tensor], action: str
+) -> list[RemovableHandle]:
+    """Hooks that warn or raise when ``state_dict()`` is called on either side while swapped
+    (a pre-hook runs for the module whose state dict is taken and for each of its children)."""
+    sides = [("model", "the EMA weights", unwrap_model(model))]
+    if isinstance(ema_model, nn.Module):
+        sides.append(("ema_model", "the training weights", unwrap_model(ema_model)))
+    return [
+        module.register_state_dict_pre_hook(_StateDictWatch(name, holds, action))
+        for name, holds, module in sides
+    ]
+
+
+class _StateDictWatch:
+    """A state-dict pre-hook of :func:`use_ema_weights`: warns or raises; registered on the
+    (unwrapped) root module, so it runs once per ``state_dict()`` call of the root or of a
+    wrapper around it."""
+
+    def __init__(self, side: str, holds: str, action: str) -> None:
+        self.message = (
+            f"{side}.state_dict() was called inside use_ema_weights, where {side} holds "
+            f"{holds}: a training checkpoint saved here would resume from the EMA weights and "
+            "average into the training weights. Save training checkpoints outside the block; "
+            "to export the EMA weights, save ema_model.state_dict() outside the block, or "
+            "pass use_ema_weights(..., on_state_dict='allow')"
+        )
+        self.action = action
+
+    def __call__(self, module: nn.Module, prefix: str, keep_vars: bool) -> None:
+        if self.action == "raise":
+            raise RuntimeError(self.message)
+        warnings.warn(self.message, UserWarning, stacklevel=3)

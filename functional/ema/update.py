@@ -39,9 +39,30 @@ def compute_ema(
     .. math::
         w_\text{ema} \leftarrow s\, w_\text{ema} + (1 - s)\, w_\text{model}
 
-    computed as one fused ``torch._foreach_lerp_`` per (device, dtype) group. Integer buffers
+    computed as one fused multi-tensor kernel per (device, dtype) group: ``torch._foreach_lerp_``
+    for a number, and for a 0-d tensor (whose value the host never reads) torch's fused SGD
+    kernel, which reads its learning rate on the device (see ``_fused_lerp_``). Integer buffers
     (e.g. BatchNorm's ``num_batches_tracked``) are copied. The EMA may be kept in another dtype
     or on another device than the model (e.g. float32 EMA of a bfloat16 model).
+
+    **Low precision.** In a bfloat16 or float16 EMA, an update :math:`(1 - s)(w_\text{model}
+    - w_\text{ema})` smaller than half a unit in the last place of :math:`w_\text{ema}` rounds
+    away: at :math:`s = 0.999` a bfloat16 EMA does not move at all (a float32 one moves 26% of
+    the way in 300 steps), and at :math:`s = 0.99` it stops once the model is within 20-40%
+    of it (relative). Two fixes:
+
+    - keep the EMA in float32 (``ema = copy.deepcopy(model).float()``, or a state dict of
+      float32 tensors): exact, at twice the memory of a bfloat16 EMA; evaluate by loading it
+      (:func:`swap_ema_weights` needs the same dtype on both sides);
+    - or pass ``generator=``: each low-precision EMA tensor is then updated in float32 and
+      rounded *stochastically* back (to one of its two neighbours, with the probabilities that
+      make the rounding unbiased), so the EMA follows the float32 EMA on average, with a noise of
+      a few units in the last place; it costs float32 temporaries the size of the largest tensor
+      and a few kernels per tensor. Randomness comes only from ``generator``, which must be on
+      the EMA's device.
+
+    Without ``generator``, a low-precision EMA is updated with round-to-nearest and a
+    ``UserWarning`` names both fixes (Python shows it once per call site).
 
     The pairing of the two sides is derived on every call from the modules as they are (a
     walk over both module trees, no cache and no hidden state), so a replaced tensor, a
@@ -75,9 +96,12 @@ def compute_ema(
         train_with_ema_weights: the EMA seed's option: after the update, copy the EMA's
             weights back into ``model``, so that training continues from the averaged
             weights (optimizer state is left as it is).
+        generator: stochastic rounding of bfloat16 and float16 EMA tensors (see "Low
+            precision" above); float32 and float64 EMA tensors ignore it.
 
     Raises:
         ValueError: if names or shapes do not match, or ``smoothing`` is out of range.
+        TypeError: if ``generator`` is not a ``torch.Generator``.
 
     Example:
         >>> import copy, torch, functional as F
