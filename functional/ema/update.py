@@ -1,5 +1,6 @@
-"""The EMA update :func:`compute_ema`: one fused lerp per (device, dtype) group of the paired
-tensors, integer buffers copied, ``smoothing`` as a number or a 0-d tensor."""
+"""The EMA update :func:`compute_ema`: one multi-tensor kernel per (device, dtype) group of the
+paired tensors (a fused lerp, or fused SGD for a 0-d tensor smoothing), integer buffers copied,
+low-precision EMA tensors optionally rounded stochastically (:mod:`~functional.ema.rounding`)."""
 
 from __future__ import annotations
 
