@@ -1,6 +1,8 @@
 """Evaluating with the EMA weights: :func:`swap_ema_weights` exchanges the model's and the EMA's
-tensors bit for bit in place (three XORs, no copy), :func:`use_ema_weights` is its context-manager
-form; FSDP2 modules are resharded first so that each rank swaps its local shards."""
+tensors bit for bit in place (multi-tensor copies through a scratch of at most 32 MiB, or three
+XORs for strided tensors), :func:`use_ema_weights` is its context-manager form and watches for
+checkpoints taken inside it; FSDP2 modules are resharded first so that each rank swaps its local
+shards."""
 
 from __future__ import annotations
 

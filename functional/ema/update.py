@@ -60,7 +60,9 @@ def compute_ema(
       make the rounding unbiased), so the EMA follows the float32 EMA on average, with a noise of
       a few units in the last place; it costs float32 temporaries the size of the largest tensor
       and a few kernels per tensor. Randomness comes only from ``generator``, which must be on
-      the EMA's device.
+      the EMA's device; save its state with the checkpoint (``generator.get_state()``) to
+      resume bit for bit. Dynamo does not trace generators: call it with ``generator=``
+      outside ``torch.compile(fullgraph=True)`` regions.
 
     Without ``generator``, a low-precision EMA is updated with round-to-nearest and a
     ``UserWarning`` names both fixes (Python shows it once per call site).
@@ -124,7 +126,11 @@ def compute_ema(
         if dtype in LOW_PRECISION and generator is not None:
             _lerp_stochastic_(ema_list, originals, _weight(smoothing, device), generator)
         else:
-            if dtype in LOW_PRECISION and not _is_end_point(smoothing):
+            if (
+                dtype in LOW_PRECISION
+                and not _is_end_point(smoothing)
+                and not torch.compiler.is_compiling()
+            ):
                 _warn_round_to_nearest(dtype)
             _lerp_(ema_list, model_list, smoothing, device, dtype)
         if train_with_ema_weights:
