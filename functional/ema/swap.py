@@ -29,6 +29,9 @@ __all__ = ["swap_ema_weights", "use_ema_weights"]
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 # The most memory a swap borrows: its scratch buffer, one per (device, element size) in turn.
 _SCRATCH_BYTES = 32 * 2**20
+# Devices that swap by three XORs rather than through the scratch: on the CPU a kernel launch
+# costs nothing, and a fresh 32 MiB scratch costs more page faults than the XORs' extra traffic.
+_XOR_DEVICE_TYPES = ("cpu",)
 # What a state_dict() call inside use_ema_weights does.
 _ON_STATE_DICT = ("warn", "raise", "allow")
 
@@ -64,7 +67,8 @@ def swap_ema_weights(
     ResNet-50, with extra memory that does not grow with the model. A pair whose memory is
     not one dense block (a strided slice) or whose two sides differ in strides is swapped by
     three in-place XORs instead (:math:`a \mathrel{\oplus}= b,\ b \mathrel{\oplus}= a,\
-    a \mathrel{\oplus}= b`, no scratch, :math:`2.25\times` the minimum traffic).
+    a \mathrel{\oplus}= b`, no scratch, :math:`2.25\times` the minimum traffic), and so are
+    CPU tensors: there a kernel launch costs nothing and a fresh scratch costs page faults.
 
     This evaluates with the EMA weights without a third copy of the model (see
     :func:`use_ema_weights` for the context-manager form). It works through
@@ -129,10 +133,17 @@ def _swap_(swaps: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
             continue
         seen.add(value.data_ptr())
         a, b = _as_bits(value), _as_bits(ema)
+        if a.data_ptr() == b.data_ptr() and a.stride() == b.stride():
+            continue  # one tensor on both sides: nothing to exchange (XORs would zero it)
         flat_a, flat_b = _memory_order(a), _memory_order(b)
-        if flat_a is not None and flat_b is not None and a.stride() == b.stride():
+        if (
+            a.device.type not in _XOR_DEVICE_TYPES
+            and flat_a is not None
+            and flat_b is not None
+            and a.stride() == b.stride()
+        ):
             by_copies.setdefault((a.device, a.dtype), []).append((flat_a, flat_b))
-        else:  # strided: three XORs, in place
+        else:  # on the CPU, or strided: three XORs, in place
             a.bitwise_xor_(b)
             b.bitwise_xor_(a)
             a.bitwise_xor_(b)

@@ -234,6 +234,8 @@ def _bits(module: nn.Module) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("scratch_bytes", [64, 1000, 32 * 2**20])
 def test_swap_through_a_bounded_scratch_is_bitwise(monkeypatch, scratch_bytes) -> None:
+    """The accelerators' path (the CPU swaps by XORs: launches cost nothing there)."""
+    monkeypatch.setattr(swap_module, "_XOR_DEVICE_TYPES", ())
     monkeypatch.setattr(swap_module, "_SCRATCH_BYTES", scratch_bytes)
     model, ema = _swap_pair()
     model_bits, ema_bits = _bits(model), _bits(ema)
@@ -251,7 +253,8 @@ def test_swap_through_a_bounded_scratch_is_bitwise(monkeypatch, scratch_bytes) -
         assert torch.equal(_bits(model)[name], model_bits[name]), name
 
 
-def test_swap_of_strided_or_differently_laid_out_pairs_uses_xor_in_place() -> None:
+def test_swap_of_strided_or_differently_laid_out_pairs_uses_xor_in_place(monkeypatch) -> None:
+    monkeypatch.setattr(swap_module, "_XOR_DEVICE_TYPES", ())
     model = nn.Linear(6, 4)
     ema = copy.deepcopy(model)
     with torch.no_grad():
@@ -267,11 +270,24 @@ def test_swap_of_strided_or_differently_laid_out_pairs_uses_xor_in_place() -> No
         assert torch.equal(ema.state_dict()[name], before_model[name])
 
 
-def test_swap_with_itself_changes_nothing() -> None:
+@pytest.mark.parametrize("xor_devices", [("cpu",), ()], ids=["xor", "scratch"])
+def test_swap_with_itself_changes_nothing(monkeypatch, xor_devices) -> None:
+    monkeypatch.setattr(swap_module, "_XOR_DEVICE_TYPES", xor_devices)
     model = nn.Linear(3, 2)
     before = _tensors(model)
     F.swap_ema_weights(model, model.state_dict())
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_cpu_swap_is_xor_in_place_without_scratch() -> None:
+    model, ema = _swap_pair()
+    model_bits, ema_bits = _bits(model), _bits(ema)
+    with _AtenCalls() as calls:
+        F.swap_ema_weights(model, ema)
+    assert not calls.allocated and "_foreach_copy_" not in calls.names()
+    for name in model_bits:
+        assert torch.equal(_bits(model)[name], ema_bits[name]), name
+        assert torch.equal(_bits(ema)[name], model_bits[name]), name
 
 
 # ---------------------------------------------------------------------------------------------
