@@ -160,16 +160,21 @@ def _lerp_(
     dtype: torch.dtype,
 ) -> None:
     """``ema ← lerp(ema, model, 1 - smoothing)`` over one (device, dtype) group, fused."""
-    if torch.compiler.is_compiling():
-        # A float passed as a Scalar argument would be specialised (a recompile per value); as
-        # a factor of a tensor it stays a graph input. Inductor fuses the per-tensor weights.
-        weight = torch.ones((), device=device, dtype=dtype) * (1.0 - smoothing)
-        torch._foreach_lerp_(ema_list, model_list, [weight] * len(ema_list))
-    elif not isinstance(smoothing, torch.Tensor):
-        torch._foreach_lerp_(ema_list, model_list, 1.0 - smoothing)
-    elif not _fused_lerp_(ema_list, model_list, smoothing, device, dtype):
+    compiling = torch.compiler.is_compiling()
+    if isinstance(smoothing, torch.Tensor):
+        if not compiling and _fused_lerp_(ema_list, model_list, smoothing, device, dtype):
+            return
+        # Under compile inductor fuses the per-tensor weights; eagerly this is the fallback
+        # (a kernel per tensor on CUDA).
         weight = (1.0 - smoothing).to(device=device, dtype=dtype)
         torch._foreach_lerp_(ema_list, model_list, [weight] * len(ema_list))
+    elif compiling:
+        # A float passed as a Scalar argument would be specialised (a recompile per value); as
+        # a factor of a tensor it stays a graph input.
+        weight = torch.ones((), device=device, dtype=dtype) * (1.0 - smoothing)
+        torch._foreach_lerp_(ema_list, model_list, [weight] * len(ema_list))
+    else:
+        torch._foreach_lerp_(ema_list, model_list, 1.0 - smoothing)
 
 
 def _fused_lerp_(
