@@ -11,6 +11,7 @@ Layout of this package, one job per module:
 * :mod:`~functional.ema.pairing`: the private pairing of the model's tensors with the EMA's
   (module trees, state dicts, DDP/FSDP2 shards), derived on every call.
 * :mod:`~functional.ema.update`: the update :func:`compute_ema`.
+* :mod:`~functional.ema.rounding`: the private stochastic rounding of low-precision EMAs.
 * :mod:`~functional.ema.swap`: :func:`swap_ema_weights` and :func:`use_ema_weights`.
 """
 

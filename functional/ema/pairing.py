@@ -300,6 +300,27 @@ def _raise_mismatch(
         )
 
 
+def _memory_order(t: torch.Tensor) -> torch.Tensor | None:
+    """A 1-D view of ``t``'s elements in the order they lie in memory, or None if they do not
+    fill one block of memory (a strided slice, an expanded tensor).
+
+    Contiguous and channels-last tensors qualify, as any permutation of a contiguous tensor.
+    Two tensors with the same shape and strides list their elements in the same order, so
+    element ``i`` of one view pairs with element ``i`` of the other.
+    """
+    if t.is_contiguous():
+        return t.view(-1)
+    strides = t.stride()
+    permuted = t.permute(sorted(range(t.dim()), key=lambda d: -strides[d]))
+    return permuted.view(-1) if permuted.is_contiguous() else None
+
+
+def _same_dense_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` have the same strides and fill their memory densely (so that
+    kernels that walk memory pair their elements correctly)."""
+    return a.stride() == b.stride() and _memory_order(a) is not None
+
+
 def _pairs(
     model: nn.Module, ema_model: nn.Module | Mapping[str, torch.Tensor], caller: str
 ) -> _Pairs:
