@@ -3,7 +3,8 @@
 The dtype an op computes or accumulates in (:func:`compute_dtype`, :func:`accumulation_dtype`),
 a floating result cast back to an integer dtype without wrapping round (:func:`cast_result`,
 :func:`int64_range`), grouping for the ``torch._foreach_*`` kernels and the global norm built on
-it (SAM, gradient clipping, EMA, SWA), rounding of scaled schedule lengths
+it (SAM, gradient clipping, EMA, SWA), the local shards of ``DTensor`` parameters and sums over
+their shards (:func:`local_tensors`, :func:`sum_over_shards`: SAM and clipping under FSDP2), rounding of scaled schedule lengths
 (:func:`round_half_up`), and Python scalars that stay symbolic under ``torch.compile``
 (:func:`sym_floor`, :func:`scalar_tensor`).
 """
@@ -11,6 +12,7 @@ it (SAM, gradient clipping, EMA, SWA), rounding of scaled schedule lengths
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,8 +25,11 @@ __all__ = [
     "foreach_total_norm",
     "group_by_device_and_dtype",
     "int64_range",
+    "is_sharded",
+    "local_tensors",
     "round_half_up",
     "scalar_tensor",
+    "sum_over_shards",
     "sym_floor",
 ]
 
@@ -64,20 +69,91 @@ def group_by_device_and_dtype(
     return groups
 
 
+def _dtensor_type() -> type | None:
+    """``DTensor`` when ``torch.distributed.tensor`` has been imported, else None: a tensor can
+    only be a DTensor once that module is loaded, so plain code never pays for importing it."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return getattr(module, "DTensor", None)
+
+
+def is_sharded(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a ``DTensor`` (a parameter or gradient of ``fully_shard``, for example)."""
+    dtensor = _dtensor_type()
+    return dtensor is not None and isinstance(t, dtensor)
+
+
+def local_tensors(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor's local part: the shard a ``DTensor`` holds on this rank (the same storage:
+    in-place updates of it update the DTensor, under ``torch.no_grad``), others unchanged.
+
+    Element-wise work (scaling, clamping, copying, an update) is correct on local shards; reductions
+    over a sharded tensor are not (see :func:`foreach_total_norm`, :func:`sum_over_shards`).
+    """
+    dtensor = _dtensor_type()
+    if dtensor is None:
+        return list(tensors)
+    return [t.to_local() if isinstance(t, dtensor) else t for t in tensors]  # type: ignore[attr-defined]
+
+
+def sum_over_shards(
+    local: torch.Tensor, like: torch.Tensor, split_dims: Sequence[int] | None = None
+) -> torch.Tensor:
+    """Sums computed on this rank's shard of the DTensor ``like``, summed over the ranks that hold
+    the other shards: an in-place all-reduce over every mesh dimension on which ``like`` is
+    sharded along a tensor dimension in ``split_dims`` (None: any). Replicated mesh dimensions
+    already hold whole values and are left alone. Returns ``local``.
+    """
+    import torch.distributed as dist
+
+    mesh = like.device_mesh  # type: ignore[attr-defined]
+    for mesh_dim, placement in enumerate(like.placements):  # type: ignore[attr-defined]
+        if placement.is_partial():
+            raise ValueError(
+                "tensors with a Partial placement (unreduced sums) are not supported: "
+                "redistribute them to Shard or Replicate first"
+            )
+        if placement.is_shard() and (split_dims is None or placement.dim in split_dims):
+            dist.all_reduce(local, group=mesh.get_group(mesh_dim))
+    return local
+
+
+def _local_norm(
+    tensors: Sequence[torch.Tensor], out_device: torch.device, out_dtype: torch.dtype
+) -> torch.Tensor:
+    """L2 norm of plain tensors, one ``torch._foreach_norm`` per device and dtype."""
+    partial = []
+    for (_, dtype), (group,) in group_by_device_and_dtype(tensors).items():
+        norms = torch._foreach_norm(group, 2.0, dtype=accumulation_dtype(dtype))
+        partial.append(torch.linalg.vector_norm(torch.stack(norms)).to(out_device, out_dtype))
+    return partial[0] if len(partial) == 1 else torch.linalg.vector_norm(torch.stack(partial))
+
+
 def foreach_total_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     """Global L2 norm of all ``tensors`` taken together, with ``torch._foreach_norm``.
 
     Accumulates in float32 (float64 when a tensor is float64); returns a 0-d tensor on the first
     tensor's device (CPU and 0.0 for an empty list). Non-finite entries give a non-finite norm.
+    ``DTensor`` entries (sharded with ``fully_shard``, for example) count whole: the norm of their
+    local shards is summed over the ranks that hold the others (one all-reduce per mesh and
+    placement), and the result, a plain tensor, is the same on every rank.
     """
     if len(tensors) == 0:
         return torch.zeros((), dtype=torch.float32)
     out_device = tensors[0].device
     out_dtype = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
-    partial = []
-    for (_, dtype), (group,) in group_by_device_and_dtype(tensors).items():
-        norms = torch._foreach_norm(group, 2.0, dtype=accumulation_dtype(dtype))
-        partial.append(torch.linalg.vector_norm(torch.stack(norms)).to(out_device, out_dtype))
+    plain: list[torch.Tensor] = []
+    sharded: dict[tuple[object, ...], list[torch.Tensor]] = {}
+    for t in tensors:
+        if is_sharded(t):
+            sharded.setdefault((t.device_mesh, t.placements), []).append(t)  # type: ignore[attr-defined]
+        else:
+            plain.append(t)
+    if not sharded:
+        return _local_norm(plain, out_device, out_dtype)
+    partial = [_local_norm(plain, out_device, out_dtype)] if plain else []
+    for group in sharded.values():
+        local = _local_norm(local_tensors(group), out_device, out_dtype)
+        partial.append(sum_over_shards(local.square(), group[0]).sqrt())
     return partial[0] if len(partial) == 1 else torch.linalg.vector_norm(torch.stack(partial))
 
 

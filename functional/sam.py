@@ -6,16 +6,22 @@ Efficiently Improving Generalization", ICLR 2021, https://arxiv.org/abs/2010.014
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch.optim import Optimizer
 
 from functional._args import check_int, check_positive
-from functional._numeric import foreach_total_norm, group_by_device_and_dtype
+from functional._numeric import (
+    accumulation_dtype,
+    foreach_total_norm,
+    group_by_device_and_dtype,
+    local_tensors,
+)
 
 __all__ = ["SAMOptimizer"]
 
@@ -353,35 +359,22 @@ class SAMOptimizer(Optimizer):
         return params, grads
 
     def _ascend(
-        self,
-        params: list[torch.Tensor],
-        grads: list[torch.Tensor],
-        found_inf: torch.Tensor | None,
-    ) -> dict[tuple[torch.device, torch.dtype], list[list[torch.Tensor]]]:
-        """Move the weights from w to w + e(w), saving w; the groups (params, grads, saved w)."""
-        norm = foreach_total_norm(grads)
-        # e(w) = g·ρ/(‖g‖+ε), or 0 when g is not finite (decided on the device).
-        scale = torch.where(norm.isfinite(), self.rho / (norm + self.epsilon), 0.0)
-        saved = self._saved_buffers(params)
-        groups = group_by_device_and_dtype(params, grads, saved)
-        for (device, _), (ps, gs, ws) in groups.items():
+        self, params: list[torch.Tensor], grads: list[torch.Tensor]
+    ) -> tuple[dict[tuple[torch.device, torch.dtype], list[list[torch.Tensor]]], torch.Tensor]:
+        """Move the weights from w to w + e(w), saving w: the groups (params, grads, saved w) of
+        local tensors, and a 0-d bool on the device, True when g is not finite and the weights
+        were left at w."""
+        norm = foreach_total_norm(grads)  # global over the shards of DTensor gradients
+        skipped = ~norm.isfinite()
+        # e(w) = g·ρ/(‖g‖+ε); the factor stays in float32 (float64 for float64 gradients).
+        scale = torch.where(skipped, 0.0, self.rho / (norm + self.epsilon))
+        local_params = local_tensors(params)
+        saved = self._saved_buffers(local_params)
+        groups = group_by_device_and_dtype(local_params, local_tensors(grads), saved)
+        for ps, gs, ws in groups.values():
             torch._foreach_copy_(ws, ps)
-            factor = scale.to(device)
-            if found_inf is None:
-                # With g not finite the factor is 0, but 0·inf = NaN: zero those entries
-                # first (the closure zeroes the gradients next anyway). With a grad scaler
-                # such a step is skipped as a whole.
-                for g in gs:
-                    torch.nan_to_num_(g, nan=0.0, posinf=0.0, neginf=0.0)
-            if device.type == "cpu":
-                # One pass per tensor, w += factor·g (CPU foreach kernels loop anyway).
-                for p, g in zip(ps, gs, strict=True):
-                    p.addcmul_(g, factor)
-            else:
-                # Two multi-tensor launches; e(w) is formed in the gradient buffers.
-                torch._foreach_mul_(gs, factor)
-                torch._foreach_add_(ps, gs)
-        return groups
+            _add_scaled_(ps, gs, scale, skipped)
+        return groups, skipped
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Run one (SAM or plain) step; see the class docstring. Returns the loss at ``w``."""
@@ -406,9 +399,11 @@ class SAMOptimizer(Optimizer):
             if not params:
                 self._base_step(found_inf)
                 return loss
-            groups = self._ascend(params, grads, found_inf)
+            groups, skipped = self._ascend(params, grads)
         try:
-            with torch.enable_grad():
+            # With a grad scaler an overflow at w skips the step: the second pass must then leave
+            # no trace either (BatchNorm statistics), as GradScaler.step leaves none.
+            with torch.enable_grad(), _buffer_updates_undone_if(skipped, found_inf is not None):
                 closure()
             second_inf = self._unscale(self._second_pass)
         finally:
@@ -419,6 +414,80 @@ class SAMOptimizer(Optimizer):
             found_inf = torch.maximum(found_inf, second_inf)
         self._base_step(found_inf)
         return loss
+
+
+def _add_scaled_(
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    scale: torch.Tensor,
+    skipped: torch.Tensor,
+) -> None:
+    """``p += scale·g`` for same-device, same-dtype pairs, left undone when ``skipped`` is set.
+
+    The product is formed in float32 (float64 for float64) and the sum rounded once to the
+    weight's dtype: ``scale`` rounded to float16 would be subnormal, then 0, as ‖g‖ grows. Fused
+    SGD with ``maximize=True``, no momentum and ``lr=scale`` is exactly this update, in one pass
+    (one launch for all tensors), and it skips on the device when its ``found_inf`` is set: no
+    ``0·inf = NaN`` reaches the weights, and no gradient is touched to prevent it.
+    """
+    device = params[0].device
+    # CUDA reads a tensor lr as float32; the CPU kernel reads it as a double.
+    lr_dtype = scale.dtype if device.type == "cpu" else torch.float32
+    lr = scale.to(device=device, dtype=lr_dtype, non_blocking=True)
+    # (The fused kernel has no meta implementation, so a compiled step takes the per-tensor form,
+    # which inductor fuses anyway.)
+    compiling = torch.compiler.is_compiling()
+    pairs = zip(params, grads, strict=True)
+    fused = [] if compiling else [i for i, (p, g) in enumerate(pairs) if p.stride() == g.stride()]
+    if fused:
+        torch._fused_sgd_(
+            [params[i] for i in fused],
+            [grads[i] for i in fused],
+            [],
+            weight_decay=0.0,
+            momentum=0.0,
+            lr=lr,
+            dampening=0.0,
+            nesterov=False,
+            maximize=True,
+            is_first_step=False,
+            found_inf=skipped.to(device=device, dtype=torch.float32, non_blocking=True),
+        )
+    if len(fused) < len(params):  # compiling, or a gradient laid out unlike its weight
+        keep = skipped.to(device, non_blocking=True)
+        acc = accumulation_dtype(params[0].dtype)
+        for i in sorted(set(range(len(params))) - set(fused)):
+            p = params[i]
+            e = torch.where(keep, 0.0, grads[i].to(acc) * lr)
+            p.copy_(torch.add(p, e))
+
+
+@contextlib.contextmanager
+def _buffer_updates_undone_if(flag: torch.Tensor, active: bool) -> Iterator[None]:
+    """Inside the block, every module whose forward runs has its buffers (BatchNorm statistics)
+    saved on entry; on leaving, they are put back where ``flag`` (a 0-d bool on the device) is
+    set, with no host read. Inactive: nothing is saved."""
+    if not active:
+        yield
+        return
+    touched: list[tuple[torch.Tensor, torch.Tensor]] = []
+    seen: set[int] = set()
+
+    def save_buffers(module: torch.nn.Module, args: Any) -> None:
+        for buffer in module.buffers(recurse=False):
+            if id(buffer) not in seen:
+                seen.add(id(buffer))
+                touched.append((buffer, buffer.detach().clone()))
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(save_buffers)
+    try:
+        yield
+    finally:
+        handle.remove()
+        if touched:
+            with torch.no_grad():
+                kept = [torch.where(flag.to(b.device), saved, b) for b, saved in touched]
+                torch._foreach_copy_([b for b, _ in touched], kept)
 
 
 def _check_rho(rho: object, name: str) -> float:
