@@ -4,7 +4,8 @@ The dtype an op computes or accumulates in (:func:`compute_dtype`, :func:`accumu
 a floating result cast back to an integer dtype without wrapping round (:func:`cast_result`,
 :func:`int64_range`), grouping for the ``torch._foreach_*`` kernels and the global norm built on
 it (SAM, gradient clipping, EMA, SWA), the local shards of ``DTensor`` parameters and sums over
-their shards (:func:`local_tensors`, :func:`sum_over_shards`: SAM and clipping under FSDP2), rounding of scaled schedule lengths
+their shards (:func:`local_tensors`, :func:`sum_over_shards`: SAM and clipping under FSDP2), SAM's
+one-pass perturbation (:func:`add_scaled_`), rounding of scaled schedule lengths
 (:func:`round_half_up`), and Python scalars that stay symbolic under ``torch.compile``
 (:func:`sym_floor`, :func:`scalar_tensor`).
 """
@@ -20,6 +21,7 @@ import torch
 
 __all__ = [
     "accumulation_dtype",
+    "add_scaled_",
     "cast_result",
     "compute_dtype",
     "foreach_total_norm",
@@ -155,6 +157,52 @@ def foreach_total_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         local = _local_norm(local_tensors(group), out_device, out_dtype)
         partial.append(sum_over_shards(local.square(), group[0]).sqrt())
     return partial[0] if len(partial) == 1 else torch.linalg.vector_norm(torch.stack(partial))
+
+
+def add_scaled_(
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    scale: torch.Tensor,
+    skipped: torch.Tensor,
+) -> None:
+    """``p += scale·g`` for same-device, same-dtype pairs, left undone when ``skipped`` is set.
+
+    The product is formed in float32 (float64 for float64) and the sum rounded once to the
+    weight's dtype: ``scale`` rounded to float16 would be subnormal, then 0, as ‖g‖ grows. Fused
+    SGD with ``maximize=True``, no momentum and ``lr=scale`` is exactly this update, in one pass
+    (one launch for all tensors), and it skips on the device when its ``found_inf`` is set: no
+    ``0·inf = NaN`` reaches the weights, and no gradient is touched to prevent it.
+    """
+    device = params[0].device
+    # CUDA reads a tensor lr as float32; the CPU kernel reads it as a double.
+    lr_dtype = scale.dtype if device.type == "cpu" else torch.float32
+    lr = scale.to(device=device, dtype=lr_dtype, non_blocking=True)
+    # (The fused kernel has no meta implementation, so a compiled step takes the per-tensor form,
+    # which inductor fuses anyway.)
+    compiling = torch.compiler.is_compiling()
+    pairs = zip(params, grads, strict=True)
+    fused = [] if compiling else [i for i, (p, g) in enumerate(pairs) if p.stride() == g.stride()]
+    if fused:
+        torch._fused_sgd_(
+            [params[i] for i in fused],
+            [grads[i] for i in fused],
+            [],
+            weight_decay=0.0,
+            momentum=0.0,
+            lr=lr,
+            dampening=0.0,
+            nesterov=False,
+            maximize=True,
+            is_first_step=False,
+            found_inf=skipped.to(device=device, dtype=torch.float32, non_blocking=True),
+        )
+    if len(fused) < len(params):  # compiling, or a gradient laid out unlike its weight
+        keep = skipped.to(device, non_blocking=True)
+        acc = accumulation_dtype(params[0].dtype)
+        for i in sorted(set(range(len(params))) - set(fused)):
+            p = params[i]
+            e = torch.where(keep, 0.0, grads[i].to(acc) * lr)
+            p.copy_(torch.add(p, e))
 
 
 # Integer dtypes whose values float32 cannot hold exactly: mixed and resized in float64.

@@ -272,9 +272,9 @@ def apply_gradient_clipping(
       timm), and the whole tensor for 0-D and 1-D tensors (biases, normalisation gains). The
       :math:`10^{-3}` floor lets zero-initialised weights learn. The paper does not clip the
       final classifier layer: pass the parameters you want clipped. Norms accumulate in float32
-      (float64 for float64 tensors). On accelerators the norms of all 0-D/1-D tensors take one
-      foreach launch, those of larger tensors one reduction each, and all products one foreach
-      launch; on CPU each large gradient is rescaled right after its norm, while in cache.
+      (float64 for float64 tensors). On accelerators the norms and the products of all 0-D/1-D
+      tensors take a few foreach launches, and each larger tensor two row-norm reductions and one
+      product; on CPU each large gradient is rescaled right after its norm, while in cache.
 
     Args:
         parameters: a tensor, an iterable of tensors, or an ``nn.Module`` (its parameters).
@@ -292,6 +292,14 @@ def apply_gradient_clipping(
     from inf/inf or 0/0. Finite gradients whose float32 norm overflows, with a finite
     threshold, are scaled by threshold/inf = 0, as in torch. With no gradient at all, every
     mode is a no-op.
+
+    Sharded parameters (FSDP2's ``fully_shard``, ``DTensor``): every mode gives what one
+    process gives on the whole gradient. The norms are global (shard norms summed over the
+    ranks, one all-reduce per mesh and placement; the returned norm is a plain tensor, the same
+    on every rank) and each rank scales or clamps its own shards in place. For ``'adaptive'`` a
+    row split by dim-0 sharding is whole on one rank and needs no communication; the norms of
+    0-D/1-D units (and of rows split along a later dimension) are summed over the ranks, in one
+    all-reduce per mesh dimension for all of them.
 
     Device and compile behaviour: no mode reads a tensor value on the host, and each traces
     under ``torch.compile(fullgraph=True)``; a threshold that changes between calls does not
