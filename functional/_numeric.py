@@ -159,6 +159,12 @@ def foreach_total_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return partial[0] if len(partial) == 1 else torch.linalg.vector_norm(torch.stack(partial))
 
 
+def _fusable(p: torch.Tensor, g: torch.Tensor) -> bool:
+    """Whether CUDA's fused kernels take the pair: laid out alike, and dense."""
+    dense = p.is_contiguous() or p.is_contiguous(memory_format=torch.channels_last)
+    return dense and p.stride() == g.stride()
+
+
 def add_scaled_(
     params: list[torch.Tensor],
     grads: list[torch.Tensor],
@@ -181,7 +187,7 @@ def add_scaled_(
     # which inductor fuses anyway.)
     compiling = torch.compiler.is_compiling()
     pairs = zip(params, grads, strict=True)
-    fused = [] if compiling else [i for i, (p, g) in enumerate(pairs) if p.stride() == g.stride()]
+    fused = [] if compiling else [i for i, (p, g) in enumerate(pairs) if _fusable(p, g)]
     if fused:
         torch._fused_sgd_(
             [params[i] for i in fused],
@@ -196,7 +202,7 @@ def add_scaled_(
             is_first_step=False,
             found_inf=skipped.to(device=device, dtype=torch.float32, non_blocking=True),
         )
-    if len(fused) < len(params):  # compiling, or a gradient laid out unlike its weight
+    if len(fused) < len(params):  # compiling, or a pair the fused kernel does not take
         keep = skipped.to(device, non_blocking=True)
         acc = accumulation_dtype(params[0].dtype)
         for i in sorted(set(range(len(params))) - set(fused)):
