@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -441,16 +442,26 @@ def _buffer_updates_undone_if(flag: torch.Tensor, active: bool) -> Iterator[None
         return
     touched: list[tuple[torch.Tensor, torch.Tensor]] = []
     seen: set[int] = set()
+    entered: set[int] = set()
 
     def save_buffers(module: torch.nn.Module, args: Any) -> None:
-        for buffer in module.buffers(recurse=False):
+        # The first module called (the model, or its torch.compile wrapper, inside which no
+        # hook fires) is saved whole; modules outside it when they run.
+        if id(module) in entered:
+            return
+        entered.add(id(module))
+        for buffer in module.buffers(recurse=not touched):
             if id(buffer) not in seen:
                 seen.add(id(buffer))
                 touched.append((buffer, buffer.detach().clone()))
 
     handle = torch.nn.modules.module.register_module_forward_pre_hook(save_buffers)
     try:
-        yield
+        with warnings.catch_warnings():
+            # torch.compile'd modules warn that global hooks fire once more on their wrapper:
+            # this hook saves each buffer once.
+            warnings.filterwarnings("ignore", message=".*global hooks on modules.*")
+            yield
     finally:
         handle.remove()
         if touched:

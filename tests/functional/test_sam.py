@@ -646,23 +646,25 @@ def _bn_training_pair():
     return model, twin, x, y
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["foreach-sgd", "fused-sgd"])
-def test_overflow_under_grad_scaler_leaves_the_model_as_scaler_step_does(fused):
+@pytest.mark.parametrize("variant", ["foreach-sgd", "fused-sgd", "compiled-model"])
+def test_overflow_under_grad_scaler_leaves_the_model_as_scaler_step_does(variant):
     """An inf gradient at w: weights, optimizer state and BatchNorm statistics end exactly as
     the base optimizer's scaler.step leaves them (the second pass used to write NaN into the
     running statistics), and the scale backs off the same way; with a fused base optimizer no
-    value is read on the host."""
+    value is read on the host. A torch.compile'd model (no module hook fires inside) too."""
     from tests.devicecheck import no_host_reads
 
+    fused = variant == "fused-sgd"
     model, twin, x, y = _bn_training_pair()
+    forward = torch.compile(model, backend="eager") if variant == "compiled-model" else model
     scalers = [torch.amp.GradScaler("cpu", init_scale=2.0**10) for _ in range(2)]
     sgd = dict(lr=0.1, momentum=0.9, fused=True) if fused else dict(lr=0.1, momentum=0.9)
     opt = SAMOptimizer(torch.optim.SGD(model.parameters(), **sgd), grad_scaler=scalers[0])
     base = torch.optim.SGD(twin.parameters(), **sgd)
 
-    def scaled_backward(m, o, scaler, overflow):
+    def scaled_backward(m, o, scaler, overflow, forward=None):
         o.zero_grad()
-        loss = nn.functional.cross_entropy(m(x), y)
+        loss = nn.functional.cross_entropy((forward or m)(x), y)
         scaler.scale(loss).backward()
         if overflow:
             m[3].weight.grad[0, 0, 0, 0] = float("inf")
@@ -672,7 +674,7 @@ def test_overflow_under_grad_scaler_leaves_the_model_as_scaler_step_does(fused):
 
     def closure():
         passes.append(1)
-        return scaled_backward(model, opt, scalers[0], overflow=len(passes) == 1)
+        return scaled_backward(model, opt, scalers[0], len(passes) == 1, forward)
 
     with no_host_reads() if fused else contextlib.nullcontext():
         opt.step(closure)
