@@ -30,7 +30,15 @@ TOL = {"rtol": 1e-5, "atol": 1e-6}
 
 def linear_model() -> nn.Module:
     torch.manual_seed(0)  # same initial weights on every rank
-    return nn.Sequential(nn.Linear(6, 7), nn.Tanh(), nn.Linear(7, 5), nn.Tanh(), nn.Linear(5, 3))
+    return nn.Sequential(
+        nn.Linear(6, 7),
+        nn.Tanh(),
+        nn.Linear(7, 1),  # one row: rank 1's shards of it are empty
+        nn.Tanh(),
+        nn.Linear(1, 5),
+        nn.Tanh(),
+        nn.Linear(5, 3),
+    )
 
 
 def small_cnn() -> nn.Module:
