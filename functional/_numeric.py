@@ -180,7 +180,8 @@ def add_scaled_(
     ``0·inf = NaN`` reaches the weights, and no gradient is touched to prevent it.
     """
     device = params[0].device
-    # CUDA reads a tensor lr as float32; the CPU kernel reads it as a double.
+    # CUDA reads a tensor lr as float32 (for float64 weights too: the factor is then rounded to
+    # float32, a relative 6e-8); the CPU kernel reads it as a double.
     lr_dtype = scale.dtype if device.type == "cpu" else torch.float32
     lr = scale.to(device=device, dtype=lr_dtype, non_blocking=True)
     # (The fused kernel has no meta implementation, so a compiled step takes the per-tensor form,
@@ -203,12 +204,13 @@ def add_scaled_(
             found_inf=skipped.to(device=device, dtype=torch.float32, non_blocking=True),
         )
     if len(fused) < len(params):  # compiling, or a pair the fused kernel does not take
-        keep = skipped.to(device, non_blocking=True)
+        skip = skipped.to(device, non_blocking=True)
+        factor = scale.to(device, non_blocking=True)
         acc = accumulation_dtype(params[0].dtype)
         for i in sorted(set(range(len(params))) - set(fused)):
             p = params[i]
-            e = torch.where(keep, 0.0, grads[i].to(acc) * lr)
-            p.copy_(torch.add(p, e))
+            e = torch.where(skip, 0.0, grads[i].to(acc) * factor)  # no 0·inf = NaN either
+            p.copy_(torch.add(p, e))  # one rounding to p's dtype
 
 
 # Integer dtypes whose values float32 cannot hold exactly: mixed and resized in float64.
