@@ -114,9 +114,9 @@ class SAMOptimizer(Optimizer):
     leaves it: the second pass still runs (at :math:`w`), but the buffers of every module
     whose forward it runs (BatchNorm statistics) are put back afterwards, selected on the device
     (a copy of those buffers per SAM step while a scaler is enabled). The inf/NaN flags stay
-    on the device: a base optimizer with a fused
-    step (``SGD``/``Adam``/``AdamW`` with ``fused=True``, which ``GradScaler`` also drives this
-    way) receives them as ``found_inf`` and skips on the device, with no synchronisation.
+    on the device: a base optimizer with a fused step (``SGD``/``Adam``/``AdamW`` with
+    ``fused=True``, which ``GradScaler`` also drives this way) receives them as ``found_inf``
+    and skips on the device, with no synchronisation.
     Any other base optimizer needs to know on the host whether to step: that one read per step
     is inherent (``GradScaler.step`` makes the same read) and is the only one SAM makes.
     :math:`\rho\,g/(\lVert g\rVert+\varepsilon)` is formed in float32 and added to
