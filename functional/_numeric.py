@@ -3,7 +3,9 @@
 The dtype an op computes or accumulates in (:func:`compute_dtype`, :func:`accumulation_dtype`),
 a floating result cast back to an integer dtype without wrapping round (:func:`cast_result`,
 :func:`int64_range`), grouping for the ``torch._foreach_*`` kernels and the global norm built on
-it (SAM, gradient clipping, EMA, SWA), rounding of scaled schedule lengths
+it (SAM, gradient clipping, EMA, SWA), the local shards of ``DTensor`` parameters and sums over
+their shards (:func:`local_tensors`, :func:`sum_over_shards`: SAM and clipping under FSDP2), SAM's
+one-pass perturbation (:func:`add_scaled_`), rounding of scaled schedule lengths
 (:func:`round_half_up`), and Python scalars that stay symbolic under ``torch.compile``
 (:func:`sym_floor`, :func:`scalar_tensor`).
 """
@@ -11,6 +13,7 @@ it (SAM, gradient clipping, EMA, SWA), rounding of scaled schedule lengths
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,13 +21,17 @@ import torch
 
 __all__ = [
     "accumulation_dtype",
+    "add_scaled_",
     "cast_result",
     "compute_dtype",
     "foreach_total_norm",
     "group_by_device_and_dtype",
     "int64_range",
+    "is_sharded",
+    "local_tensors",
     "round_half_up",
     "scalar_tensor",
+    "sum_over_shards",
     "sym_floor",
 ]
 
@@ -64,21 +71,146 @@ def group_by_device_and_dtype(
     return groups
 
 
-def foreach_total_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Global L2 norm of all ``tensors`` taken together, with ``torch._foreach_norm``.
+def _dtensor_type() -> type | None:
+    """``DTensor`` when ``torch.distributed.tensor`` has been imported, else None: a tensor can
+    only be a DTensor once that module is loaded, so plain code never pays for importing it."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return getattr(module, "DTensor", None)
 
-    Accumulates in float32 (float64 when a tensor is float64); returns a 0-d tensor on the first
-    tensor's device (CPU and 0.0 for an empty list). Non-finite entries give a non-finite norm.
+
+def is_sharded(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a ``DTensor`` (a parameter or gradient of ``fully_shard``, for example)."""
+    dtensor = _dtensor_type()
+    return dtensor is not None and isinstance(t, dtensor)
+
+
+def local_tensors(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor's local part: the shard a ``DTensor`` holds on this rank (the same storage:
+    in-place updates of it update the DTensor, under ``torch.no_grad``), others unchanged.
+
+    Element-wise work (scaling, clamping, copying, an update) is correct on local shards; reductions
+    over a sharded tensor are not (see :func:`foreach_total_norm`, :func:`sum_over_shards`).
     """
-    if len(tensors) == 0:
-        return torch.zeros((), dtype=torch.float32)
-    out_device = tensors[0].device
-    out_dtype = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+    dtensor = _dtensor_type()
+    if dtensor is None:
+        return list(tensors)
+    return [t.to_local() if isinstance(t, dtensor) else t for t in tensors]  # type: ignore[attr-defined]
+
+
+def sum_over_shards(
+    local: torch.Tensor, like: torch.Tensor, split_dims: Sequence[int] | None = None
+) -> torch.Tensor:
+    """Sums computed on this rank's shard of the DTensor ``like``, summed over the ranks that hold
+    the other shards: an in-place all-reduce over every mesh dimension on which ``like`` is
+    sharded along a tensor dimension in ``split_dims`` (None: any). Replicated mesh dimensions
+    already hold whole values and are left alone. Returns ``local``.
+    """
+    import torch.distributed as dist
+
+    mesh = like.device_mesh  # type: ignore[attr-defined]
+    for mesh_dim, placement in enumerate(like.placements):  # type: ignore[attr-defined]
+        if placement.is_partial():
+            raise ValueError(
+                "tensors with a Partial placement (unreduced sums) are not supported: "
+                "redistribute them to Shard or Replicate first"
+            )
+        if placement.is_shard() and (split_dims is None or placement.dim in split_dims):
+            dist.all_reduce(local, group=mesh.get_group(mesh_dim))
+    return local
+
+
+def _local_norm(
+    tensors: Sequence[torch.Tensor], out_device: torch.device, out_dtype: torch.dtype
+) -> torch.Tensor:
+    """L2 norm of plain tensors, one ``torch._foreach_norm`` per device and dtype."""
     partial = []
     for (_, dtype), (group,) in group_by_device_and_dtype(tensors).items():
         norms = torch._foreach_norm(group, 2.0, dtype=accumulation_dtype(dtype))
         partial.append(torch.linalg.vector_norm(torch.stack(norms)).to(out_device, out_dtype))
     return partial[0] if len(partial) == 1 else torch.linalg.vector_norm(torch.stack(partial))
+
+
+def foreach_total_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Global L2 norm of all ``tensors`` taken together, with ``torch._foreach_norm``.
+
+    Accumulates in float32 (float64 when a tensor is float64); returns a 0-d tensor on the first
+    tensor's device (CPU and 0.0 for an empty list). Non-finite entries give a non-finite norm.
+    ``DTensor`` entries (sharded with ``fully_shard``, for example) count whole: the norm of their
+    local shards is summed over the ranks that hold the others (one all-reduce per mesh and
+    placement), and the result, a plain tensor, is the same on every rank.
+    """
+    if len(tensors) == 0:
+        return torch.zeros((), dtype=torch.float32)
+    out_device = tensors[0].device
+    out_dtype = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+    plain: list[torch.Tensor] = []
+    sharded: dict[tuple[object, ...], list[torch.Tensor]] = {}
+    for t in tensors:
+        if is_sharded(t):
+            sharded.setdefault((t.device_mesh, t.placements), []).append(t)  # type: ignore[attr-defined]
+        else:
+            plain.append(t)
+    if not sharded:
+        return _local_norm(plain, out_device, out_dtype)
+    partial = [_local_norm(plain, out_device, out_dtype)] if plain else []
+    for group in sharded.values():
+        local = _local_norm(local_tensors(group), out_device, out_dtype)
+        partial.append(sum_over_shards(local.square(), group[0]).sqrt())
+    return partial[0] if len(partial) == 1 else torch.linalg.vector_norm(torch.stack(partial))
+
+
+def _fusable(p: torch.Tensor, g: torch.Tensor) -> bool:
+    """Whether CUDA's fused kernels take the pair: laid out alike, and dense."""
+    dense = p.is_contiguous() or p.is_contiguous(memory_format=torch.channels_last)
+    return dense and p.stride() == g.stride()
+
+
+def add_scaled_(
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    scale: torch.Tensor,
+    skipped: torch.Tensor,
+) -> None:
+    """``p += scale·g`` for same-device, same-dtype pairs, left undone when ``skipped`` is set.
+
+    The product is formed in float32 (float64 for float64) and the sum rounded once to the
+    weight's dtype: ``scale`` rounded to float16 would be subnormal, then 0, as ‖g‖ grows. Fused
+    SGD with ``maximize=True``, no momentum and ``lr=scale`` is exactly this update, in one pass
+    (one launch for all tensors), and it skips on the device when its ``found_inf`` is set: no
+    ``0·inf = NaN`` reaches the weights, and no gradient is touched to prevent it.
+    """
+    device = params[0].device
+    # CUDA reads a tensor lr as float32 (for float64 weights too: the factor is then rounded to
+    # float32, a relative 6e-8); the CPU kernel reads it as a double.
+    lr_dtype = scale.dtype if device.type == "cpu" else torch.float32
+    lr = scale.to(device=device, dtype=lr_dtype, non_blocking=True)
+    # (The fused kernel has no meta implementation, so a compiled step takes the per-tensor form,
+    # which inductor fuses anyway.)
+    compiling = torch.compiler.is_compiling()
+    pairs = zip(params, grads, strict=True)
+    fused = [] if compiling else [i for i, (p, g) in enumerate(pairs) if _fusable(p, g)]
+    if fused:
+        torch._fused_sgd_(
+            [params[i] for i in fused],
+            [grads[i] for i in fused],
+            [],
+            weight_decay=0.0,
+            momentum=0.0,
+            lr=lr,
+            dampening=0.0,
+            nesterov=False,
+            maximize=True,
+            is_first_step=False,
+            found_inf=skipped.to(device=device, dtype=torch.float32, non_blocking=True),
+        )
+    if len(fused) < len(params):  # compiling, or a pair the fused kernel does not take
+        skip = skipped.to(device, non_blocking=True)
+        factor = scale.to(device, non_blocking=True)
+        acc = accumulation_dtype(params[0].dtype)
+        for i in sorted(set(range(len(params))) - set(fused)):
+            p = params[i]
+            e = torch.where(skip, 0.0, grads[i].to(acc) * factor)  # no 0·inf = NaN either
+            p.copy_(torch.add(p, e))  # one rounding to p's dtype
 
 
 # Integer dtypes whose values float32 cannot hold exactly: mixed and resized in float64.

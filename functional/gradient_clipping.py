@@ -12,7 +12,14 @@ import torch
 from torch import nn
 
 from functional._args import check_one_of, check_positive
-from functional._numeric import accumulation_dtype, foreach_total_norm, group_by_device_and_dtype
+from functional._numeric import (
+    accumulation_dtype,
+    foreach_total_norm,
+    group_by_device_and_dtype,
+    is_sharded,
+    local_tensors,
+    sum_over_shards,
+)
 from functional._values import check_step_scalar
 
 __all__ = ["apply_gradient_clipping"]
@@ -62,7 +69,7 @@ def _clip_by_value_(params: list[torch.Tensor], threshold: float | torch.Tensor)
     The bound is rounded to each gradient's dtype: one beyond its range (1e300 for float32,
     1e5 for float16) is infinite there, and leaves that group unchanged.
     """
-    grads = [p.grad for p in params if p.grad is not None]
+    grads = local_tensors([p.grad for p in params if p.grad is not None])
     for (device, dtype), (gs,) in group_by_device_and_dtype(grads).items():
         if isinstance(threshold, torch.Tensor) or torch.compiler.is_compiling():
             # A tensor bound (or a float under compile, which a Scalar argument would
@@ -90,7 +97,7 @@ def _clip_by_norm_(params: list[torch.Tensor], threshold: float | torch.Tensor) 
     # scales, even when both are inf (a threshold beyond float32 with a norm that overflowed
     # float32: inf/inf would be NaN). A NaN norm (NaN gradients) still gives NaN, as in torch.
     coef = torch.where(denom <= threshold, 1.0, threshold / denom)
-    for (device, _), (gs,) in group_by_device_and_dtype(grads).items():
+    for (device, _), (gs,) in group_by_device_and_dtype(local_tensors(grads)).items():
         torch._foreach_mul_(gs, coef.to(device))
     return total
 
@@ -132,9 +139,16 @@ def _clip_batched_(
     g_norm = torch.cat(g_norms)
     coef = _coefficients(torch.cat(w_norms), g_norm, threshold)
     pieces = torch.split(coef, [len(vec)] + [ps[i].shape[0] for i in mat])
-    coefs = [c.reshape(()) for c in pieces[0].unbind()] if vec else []
-    coefs += [c.view(-1, *([1] * (ps[i].ndim - 1))) for c, i in zip(pieces[1:], mat, strict=True)]
-    torch._foreach_mul_([gs[i] for i in vec + mat], coefs)
+    if vec:
+        # Each whole-tensor unit's coefficient spread over its entries (these tensors are small),
+        # so that one multi-tensor product on CUDA's fast route (same shapes) scales them all.
+        small = [gs[i] for i in vec]
+        units = pieces[0].unbind()
+        spread = torch.cat([c.expand(g.numel()) for c, g in zip(units, small, strict=True)])
+        parts = spread.split([g.numel() for g in small])
+        torch._foreach_mul_(small, [c.view(g.shape) for c, g in zip(parts, small, strict=True)])
+    for c, i in zip(pieces[1:], mat, strict=True):
+        gs[i].mul_(c.view(-1, *([1] * (ps[i].ndim - 1))))
     return torch.dot(g_norm, g_norm)
 
 
@@ -166,6 +180,37 @@ def _clip_cache_friendly_(
     return total
 
 
+def _clip_sharded_(
+    ps: list[torch.Tensor], gs: list[torch.Tensor], threshold: float | torch.Tensor
+) -> torch.Tensor:
+    """AGC of DTensor gradients (FSDP2) on their local shards; returns ‖G‖² over all shards.
+
+    A unit's norm is a sum over the shards that hold a piece of it: for a whole-tensor unit
+    (0-D/1-D), every shard; for a row, the shards of a split along a later dimension (FSDP2
+    shards dim 0, so its rows are whole on one rank and need no communication). The partial
+    sums of the weight and gradient norms of all units that split alike travel in one
+    all-reduce per mesh dimension.
+    """
+    total = foreach_total_norm(gs)  # before any gradient is scaled
+    pending: dict[tuple[object, ...], list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {}
+    for p, g in zip(ps, gs, strict=True):
+        local_p, local_g = local_tensors([p, g])
+        acc = accumulation_dtype(local_g.dtype)
+        dims = None if p.ndim <= 1 else _row_dims(p)
+        w_sq = torch.linalg.vector_norm(local_p, dim=dims, dtype=acc).square()
+        g_sq = torch.linalg.vector_norm(local_g, dim=dims, dtype=acc).square()
+        key = (p.device_mesh, p.placements, p.ndim <= 1)  # type: ignore[attr-defined]
+        pending.setdefault(key, []).append((p, local_g, torch.stack([w_sq, g_sq]).view(2, -1)))
+    for (_, _, whole), units in pending.items():
+        sums = torch.cat([both for _, _, both in units], dim=1)
+        sum_over_shards(sums, units[0][0], None if whole else range(1, units[0][0].ndim))
+        norms = sums.sqrt_().split([both.shape[1] for _, _, both in units], dim=1)
+        for (p, local_g, _), (w_norm, g_norm) in zip(units, norms, strict=True):
+            coef = _coefficients(w_norm, g_norm, threshold)
+            local_g.mul_(coef.view(()) if whole else coef.view(-1, *([1] * (p.ndim - 1))))
+    return total.square()
+
+
 # Which schedule runs where; tests switch the CPU entry to run the batched one on CPU too.
 _CACHE_FRIENDLY_DEVICES = {"cpu"}
 
@@ -175,14 +220,24 @@ def _adaptive_clip_(
 ) -> torch.Tensor:
     """Unit-wise AGC of ``grads`` in place; returns the global L2 norm of the unclipped grads."""
     out_dtype = torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
+    total_device = grads[0].device if grads else torch.device("cpu")
     total_sq = []
+    sharded = [i for i, g in enumerate(grads) if is_sharded(g)]
+    if sharded:
+        total_sq.append(
+            _clip_sharded_([params[i] for i in sharded], [grads[i] for i in sharded], threshold).to(
+                device=total_device, dtype=out_dtype
+            )
+        )
+        plain = sorted(set(range(len(grads))) - set(sharded))
+        params, grads = [params[i] for i in plain], [grads[i] for i in plain]
     for (device, dtype), (ps, gs) in group_by_device_and_dtype(params, grads).items():
         acc = accumulation_dtype(dtype)
         if device.type in _CACHE_FRIENDLY_DEVICES:
             sq = _clip_cache_friendly_(ps, gs, threshold, acc)
         else:
             sq = _clip_batched_(ps, gs, threshold, acc)
-        total_sq.append(sq.to(device=grads[0].device, dtype=out_dtype))
+        total_sq.append(sq.to(device=total_device, dtype=out_dtype))
     if not total_sq:
         return torch.zeros((), dtype=torch.float32)
     return torch.stack(total_sq).sum().sqrt()
@@ -217,9 +272,9 @@ def apply_gradient_clipping(
       timm), and the whole tensor for 0-D and 1-D tensors (biases, normalisation gains). The
       :math:`10^{-3}` floor lets zero-initialised weights learn. The paper does not clip the
       final classifier layer: pass the parameters you want clipped. Norms accumulate in float32
-      (float64 for float64 tensors). On accelerators the norms of all 0-D/1-D tensors take one
-      foreach launch, those of larger tensors one reduction each, and all products one foreach
-      launch; on CPU each large gradient is rescaled right after its norm, while in cache.
+      (float64 for float64 tensors). On accelerators the norms and the products of all 0-D/1-D
+      tensors take a few foreach launches, and each larger tensor two row-norm reductions and one
+      product; on CPU each large gradient is rescaled right after its norm, while in cache.
 
     Args:
         parameters: a tensor, an iterable of tensors, or an ``nn.Module`` (its parameters).
@@ -237,6 +292,14 @@ def apply_gradient_clipping(
     from inf/inf or 0/0. Finite gradients whose float32 norm overflows, with a finite
     threshold, are scaled by threshold/inf = 0, as in torch. With no gradient at all, every
     mode is a no-op.
+
+    Sharded parameters (FSDP2's ``fully_shard``, ``DTensor``): every mode gives what one
+    process gives on the whole gradient. The norms are global (shard norms summed over the
+    ranks, one all-reduce per mesh and placement; the returned norm is a plain tensor, the same
+    on every rank) and each rank scales or clamps its own shards in place. For ``'adaptive'`` a
+    row split by dim-0 sharding is whole on one rank and needs no communication; the norms of
+    0-D/1-D units (and of rows split along a later dimension) are summed over the ranks, in one
+    all-reduce per mesh dimension for all of them.
 
     Device and compile behaviour: no mode reads a tensor value on the host, and each traces
     under ``torch.compile(fullgraph=True)``; a threshold that changes between calls does not

@@ -3,6 +3,7 @@ restoration, optimizer plumbing (param groups, schedulers, state dicts) and mixe
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import warnings
@@ -255,6 +256,9 @@ def test_grad_scaler_step_equals_unscaled_step():
         plain.step(cnn_closure(twin, plain, x, y))
         for p, q in zip(model.parameters(), twin.parameters(), strict=True):
             torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+        for b, c in zip(model.buffers(), twin.buffers(), strict=True):
+            torch.testing.assert_close(b, c, rtol=1e-6, atol=1e-7)  # both passes' statistics
+    assert model[1].num_batches_tracked.item() == 6
     assert scaler.get_scale() == 2.0**15  # grew after each of the three good steps
 
 
@@ -605,3 +609,92 @@ def test_seed_parameters_and_defaults():
     for _ in range(4):
         opt.step(regression_closure(w, opt, calls))
     assert len(calls) == 6  # steps 2 and 4 run the closure twice
+
+
+# --------------------------------------------------------------------------------------------
+# Mixed precision (issue 27): the fp16 perturbation, and an overflow under a GradScaler
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("grad_norm", [1e3, 1e5, 1e6])
+@pytest.mark.parametrize("layout", ["same-strides", "transposed-grad"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_half_precision_perturbation_keeps_its_length(grad_norm, layout, dtype):
+    """ρ·g/‖g‖ is formed in float32: rounded to float16 the factor ρ/‖g‖ is subnormal beyond
+    ‖g‖ ≈ 820, 19% off at 1e6 and 0 beyond, and SAM silently became the base optimizer. Both
+    the one-pass update and the per-tensor form (a gradient laid out unlike its weight) count."""
+    rho, n = 0.05, 100
+    w = nn.Parameter(torch.zeros(n, n, dtype=dtype))  # w + e is e: nothing rounds away
+    value = grad_norm / n  # n² equal entries: ‖g‖ = value·n, each entry within float16
+    opt = SAMOptimizer(torch.optim.SGD([w], lr=0.0), rho=rho)
+    seen = []
+
+    def closure():
+        grad = torch.full((n, n), value, dtype=dtype)
+        w.grad = grad.t().contiguous().t() if layout == "transposed-grad" else grad
+        assert (w.grad.stride() == w.stride()) == (layout == "same-strides")
+        seen.append(w.detach().clone())
+        return torch.zeros(())
+
+    opt.step(closure)
+    perturbation = (seen[1].float() - seen[0].float()).norm()
+    rtol = 2e-3 if dtype == torch.float16 else 8e-3  # one rounding of e in the weight's dtype
+    torch.testing.assert_close(perturbation, torch.tensor(rho), rtol=rtol, atol=0.0)
+    assert torch.equal(w, seen[0])  # restored
+
+
+def _bn_training_pair():
+    gen = torch.Generator().manual_seed(21)
+    model = small_cnn()
+    twin = copy.deepcopy(model)
+    x, y = torch.randn(4, 3, 8, 8, generator=gen), torch.randint(0, 5, (4,), generator=gen)
+    return model, twin, x, y
+
+
+@pytest.mark.parametrize("variant", ["foreach-sgd", "fused-sgd", "compiled-model"])
+def test_overflow_under_grad_scaler_leaves_the_model_as_scaler_step_does(variant):
+    """An inf gradient at w: weights, optimizer state and BatchNorm statistics end exactly as
+    the base optimizer's scaler.step leaves them (the second pass used to write NaN into the
+    running statistics), and the scale backs off the same way; with a fused base optimizer no
+    value is read on the host. A torch.compile'd model (no module hook fires inside) too."""
+    from tests.devicecheck import no_host_reads
+
+    fused = variant == "fused-sgd"
+    model, twin, x, y = _bn_training_pair()
+    forward = torch.compile(model, backend="eager") if variant == "compiled-model" else model
+    scalers = [torch.amp.GradScaler("cpu", init_scale=2.0**10) for _ in range(2)]
+    sgd = dict(lr=0.1, momentum=0.9, fused=True) if fused else dict(lr=0.1, momentum=0.9)
+    opt = SAMOptimizer(torch.optim.SGD(model.parameters(), **sgd), grad_scaler=scalers[0])
+    base = torch.optim.SGD(twin.parameters(), **sgd)
+
+    def scaled_backward(m, o, scaler, overflow, forward=None):
+        o.zero_grad()
+        loss = nn.functional.cross_entropy((forward or m)(x), y)
+        scaler.scale(loss).backward()
+        if overflow:
+            m[3].weight.grad[0, 0, 0, 0] = float("inf")
+        return loss
+
+    passes = []
+
+    def closure():
+        passes.append(1)
+        return scaled_backward(model, opt, scalers[0], len(passes) == 1, forward)
+
+    with no_host_reads() if fused else contextlib.nullcontext():
+        opt.step(closure)
+    scalers[0].update()
+    scaled_backward(twin, base, scalers[1], overflow=True)
+    scalers[1].step(base)
+    scalers[1].update()
+
+    assert len(passes) == 2
+    for (name, got), want in zip(
+        model.state_dict().items(), twin.state_dict().values(), strict=True
+    ):
+        assert torch.equal(got, want), name  # weights and running statistics, bit for bit
+    assert model[1].num_batches_tracked.item() == 1
+    assert len(opt.state) == len(base.state)  # (fused SGD makes its buffers even when skipping)
+    assert scalers[0].get_scale() == scalers[1].get_scale() == 2.0**9
+    model.eval()
+    assert torch.isfinite(model(x)).all()
