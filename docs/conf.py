@@ -20,7 +20,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 project = "torch-speedups"
 author = "torch-speedups contributors"
-copyright = "2026, torch-speedups contributors"  # noqa: A001 (Sphinx's name)
+copyright = "2026, torch-speedups contributors"
 release = "0.1.0"
 
 extensions = [

@@ -22,10 +22,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from PIL import Image
 
 OUT_NAME = "_generated"
 
@@ -116,7 +116,9 @@ def severity_figure(out: Path, photos: Sequence[Image.Image], which: str) -> Pat
             row = axes[p * draws + d]
             _show(row[0], photo, "original" if p == d == 0 else "")
             for j, s in enumerate(severities):
-                _show(row[j + 1], make(s, 10 * p + d)(photo), f"severity {s}" if p == d == 0 else "")
+                _show(
+                    row[j + 1], make(s, 10 * p + d)(photo), f"severity {s}" if p == d == 0 else ""
+                )
     return _save(fig, out, f"{which}_severities.png")
 
 
@@ -130,7 +132,11 @@ def primitives_figure(out: Path, photo: Image.Image) -> Path:
         op = getattr(augment, name)
         for j, level in enumerate(levels):
             # the same seed on every level: the same direction along the row
-            _show(axes[i, j], op(photo, level, rng=random.Random(1)), f"level {level}" if i == 0 else "")
+            _show(
+                axes[i, j],
+                op(photo, level, rng=random.Random(1)),
+                f"level {level}" if i == 0 else "",
+            )
         axes[i, 0].set_ylabel(name, fontsize=9, rotation=0, ha="right", va="center")
     return _save(fig, out, "primitives.png")
 
@@ -141,9 +147,7 @@ def batched_figure(out: Path, photo: Image.Image) -> Path:
 
     x = torch.from_numpy(np.array(photo)).permute(2, 0, 1).unsqueeze(0).repeat(8, 1, 1, 1)
     mods = {
-        "BatchAugMix": augment.BatchAugMix(
-            severity=3, generator=torch.Generator().manual_seed(0)
-        ),
+        "BatchAugMix": augment.BatchAugMix(severity=3, generator=torch.Generator().manual_seed(0)),
         "BatchRandAugment": augment.BatchRandAugment(
             severity=9, generator=torch.Generator().manual_seed(0)
         ),
