@@ -43,7 +43,7 @@ templates_path = ["_templates"]
 
 # MyST: ```python fences are run by tests/test_docs_examples.py; {math} and $...$ for maths.
 myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
-myst_heading_anchors = 3
+myst_heading_anchors = 4
 
 # API reference: one generated page per public name (docs/api/generated/, git-ignored).
 autosummary_generate = True
