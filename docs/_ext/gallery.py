@@ -152,12 +152,12 @@ def batched_figure(out: Path, photo: Image.Image) -> Path:
             severity=9, generator=torch.Generator().manual_seed(0)
         ),
     }
-    fig, axes = _grid(len(mods), 8, cell=1.7, ratio=0.8)
+    fig, axes = _grid(2 * len(mods), 4, cell=2.2, ratio=0.75)
     for i, (label, mod) in enumerate(mods.items()):
         y = mod(x)
         for j in range(8):
-            _show(axes[i, j], y[j], f"sample {j}" if i == 0 else "")
-        axes[i, 0].set_ylabel(label, fontsize=9)
+            row, col = 2 * i + j // 4, j % 4
+            _show(axes[row, col], y[j], f"{label}, sample {j}")
     return _save(fig, out, "batched.png")
 
 
