@@ -37,7 +37,7 @@ docs: $(DOCS_STAMP)
 	$(PY) docs/check_links.py docs/_build/html
 
 lint: $(STAMP)
-	$(PY) -m ruff check surgery functional augment tests benchmarks
+	$(PY) -m ruff check surgery functional augment tests benchmarks docs
 	$(PY) -m ruff format --check surgery functional augment tests benchmarks
 	$(PY) -m mypy
 
