@@ -146,3 +146,52 @@ def test_link_checker_finds_broken_links(tmp_path: Path) -> None:
         "index.html: sub/page.html#nowhere",
         "index.html: sub/",
     ]
+
+
+_CARD_SECTIONS = (
+    "## What it does",
+    "## When it helps, and when it does not",
+    "## In a loop",
+    "## Hyperparameters",
+    "## Composes with, conflicts with",
+    "## See also",
+)
+_CARD_ROWS = ("| Kind |", "| Task |", "| Call |", "| Measured cost |", "| Paper |")
+
+
+def _cards() -> dict[str, str]:
+    return {
+        path.stem: path.read_text(encoding="utf-8")
+        for path in sorted((DOCS / "methods").glob("*.md"))
+        if path.stem != "index"
+    }
+
+
+def test_method_cards_follow_the_template() -> None:
+    problems = []
+    for name, text in _cards().items():
+        problems += [f"{name}: no '{s}'" for s in _CARD_SECTIONS if f"\n{s}\n" not in text]
+        problems += [f"{name}: no row '{r}'" for r in _CARD_ROWS if f"\n{r}" not in text]
+        loop = text.split("## In a loop", 1)[-1].split("\n## ", 1)[0]
+        if not python_blocks(loop):
+            problems.append(f"{name}: no ```python block under 'In a loop'")
+    assert problems == []
+
+
+def test_every_algorithm_has_a_method_card_in_the_index() -> None:
+    import augment
+    import functional
+
+    cards = _cards()
+    index = (DOCS / "methods" / "index.md").read_text(encoding="utf-8")
+    assert [n for n in cards if f"({n}.md)" not in index or f"\n{n}\n" not in index] == []
+    algorithms = [n for n in functional.__all__ if n.startswith("apply_") or n.islower()]
+    algorithms += [n for n in ("SAMOptimizer", "SWA") if n in functional.__all__]
+    algorithms += [n for n in augment.__all__ if n[0].isupper()]
+    helpers = {  # public names that are parts of an algorithm rather than one
+        "alibi_bias", "alibi_slopes", "alibi_registry", "register_alibi", "unregister_alibi",
+        "register_stochastic_block", "unregister_stochastic_block", "swap_ema_weights",
+    }  # fmt: skip
+    text = "\n".join(cards.values())
+    missing = [n for n in algorithms if n not in helpers and not re.search(rf"\b{n}\b", text)]
+    assert missing == []
