@@ -122,21 +122,38 @@ def severity_figure(out: Path, photos: Sequence[Image.Image], which: str) -> Pat
     return _save(fig, out, f"{which}_severities.png")
 
 
+def _other_direction(op: Callable[..., Image.Image], photo: Image.Image) -> int:
+    """A seed whose random direction differs from seed 0's (0 for operations without one)."""
+    first = np.asarray(op(photo, 10, rng=random.Random(0)))
+    for seed in range(1, 64):
+        if not np.array_equal(first, np.asarray(op(photo, 10, rng=random.Random(seed)))):
+            return seed
+    return 0
+
+
 def primitives_figure(out: Path, photo: Image.Image) -> Path:
-    """Each of the thirteen operations at levels 0 to 10 (one fixed direction per row)."""
+    """The point operations at levels 0 to 10; the others at levels 10 to 0 to 10, both ways."""
     import augment
 
+    point = PRIMITIVES[:4]
     levels = (0, 2.5, 5, 7.5, 10)
     fig, axes = _grid(len(PRIMITIVES), len(levels), cell=1.6)
     for i, name in enumerate(PRIMITIVES):
         op = getattr(augment, name)
-        for j, level in enumerate(levels):
-            # the same seed on every level: the same direction along the row
-            _show(
-                axes[i, j],
-                op(photo, level, rng=random.Random(1)),
-                f"level {level}" if i == 0 else "",
-            )
+        if name in point:
+            cells = [(level, 0, f"level {level}") for level in levels]
+        else:
+            other = _other_direction(op, photo)
+            cells = [
+                (10, 0, "10, one way"),
+                (5, 0, "5"),
+                (0, 0, "0"),
+                (5, other, "5"),
+                (10, other, "10, other way"),
+            ]
+        for j, (level, seed, title) in enumerate(cells):
+            _show(axes[i, j], op(photo, level, rng=random.Random(seed)))
+            axes[i, j].set_title(title, fontsize=8)
         axes[i, 0].set_ylabel(name, fontsize=9, rotation=0, ha="right", va="center")
     return _save(fig, out, "primitives.png")
 
