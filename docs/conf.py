@@ -34,6 +34,7 @@ extensions = [
     "gallery",
     "api_coverage",
     "docstrings",
+    "bench",
 ]
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}

@@ -136,12 +136,14 @@ def test_link_checker_finds_broken_links(tmp_path: Path) -> None:
     (tmp_path / "index.html").write_text(
         '<a href="sub/page.html#here">ok</a> <a href="https://example.org/x">external</a>'
         '<a href="#top">ok</a><span id="top"></span><img src="missing.png">'
-        '<a href="sub/page.html#nowhere">bad anchor</a> <a href="sub/">dir</a>',
+        '<a href="sub/page.html#nowhere">bad anchor</a> <a href="sub/">dir</a>'
+        "<td>{bench}`Ops; a</td><td>b; ms`</td>",
         encoding="utf-8",
     )
     (tmp_path / "sub" / "page.html").write_text('<h1 id="here">x</h1>', encoding="utf-8")
     problems = links.broken_links(tmp_path)
     assert [p.split(" (")[0] for p in problems] == [
+        "index.html: unparsed role in '{bench}`Ops; a'",
         "index.html: missing.png",
         "index.html: sub/page.html#nowhere",
         "index.html: sub/",
@@ -195,3 +197,36 @@ def test_every_algorithm_has_a_method_card_in_the_index() -> None:
     text = "\n".join(cards.values())
     missing = [n for n in algorithms if n not in helpers and not re.search(rf"\b{n}\b", text)]
     assert missing == []
+
+
+def test_every_quoted_benchmark_figure_is_in_results_md() -> None:
+    bench = _load("docs_bench", DOCS / "_ext" / "bench.py")
+    tables = bench.parse_tables((ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8"))
+    problems, count = [], 0
+    for path in markdown_files():
+        for reference in bench.references(path.read_text(encoding="utf-8")):
+            count += 1
+            try:
+                bench.lookup(tables, reference)
+            except ValueError as error:
+                problems.append(f"{path.relative_to(ROOT)}: {error}")
+    assert problems == []
+    assert count >= 27  # at least one figure per method card that has a benchmark row
+
+
+def test_benchmark_lookup_refuses_what_the_results_do_not_hold() -> None:
+    bench = _load("docs_bench", DOCS / "_ext" / "bench.py")
+    text = (
+        "### Ops, cpu\n\n| op | impl | ms |\n|---|---|---|\n| mix | ours | 1.5 |\n| mix | peer | 3 |\n\n"
+        "### Ops, cuda\n\n| op | impl | ms |\n|---|---|---|\n| mix | ours | 0.1 |\n"
+    )
+    tables = bench.parse_tables(text)
+    assert bench.lookup(tables, "Ops, cpu; mix / peer; ms") == "3"
+    for reference, message in [
+        ("Ops; mix / ours; ms", "2 tables"),
+        ("Ops, cpu; mix / other; ms", "no row"),
+        ("Ops, cpu; mix; seconds", "no column"),
+        ("Ops, cpu; mix", "not 'heading; row cells; column'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            bench.lookup(tables, reference)
