@@ -25,11 +25,20 @@ class _Page(HTMLParser):
         self.links: list[str] = []
         self.anchors: set[str] = set()
         self.unparsed_roles: list[str] = []
+        self._literal = 0  # inside <code> or <pre>: roles written on purpose, as examples
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("code", "pre"):
+            self._literal = max(0, self._literal - 1)
 
     def handle_data(self, data: str) -> None:
+        if self._literal:
+            return
         self.unparsed_roles += [data.strip()[:80] for _ in _UNPARSED_ROLE.finditer(data)]
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("code", "pre"):
+            self._literal += 1
         for key, value in attrs:
             if value is None:
                 continue

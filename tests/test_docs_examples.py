@@ -137,7 +137,7 @@ def test_link_checker_finds_broken_links(tmp_path: Path) -> None:
         '<a href="sub/page.html#here">ok</a> <a href="https://example.org/x">external</a>'
         '<a href="#top">ok</a><span id="top"></span><img src="missing.png">'
         '<a href="sub/page.html#nowhere">bad anchor</a> <a href="sub/">dir</a>'
-        "<td>{bench}`Ops; a</td><td>b; ms`</td>",
+        "<td>{bench}`Ops; a</td><td>b; ms`</td><code>{bench}`an example`</code>",
         encoding="utf-8",
     )
     (tmp_path / "sub" / "page.html").write_text('<h1 id="here">x</h1>', encoding="utf-8")
