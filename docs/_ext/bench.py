@@ -20,6 +20,7 @@ from typing import Any
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "RESULTS.md"
 _ROLE = re.compile(r"\{bench\}`([^`]+)`")
+_CODE = re.compile(r"(?<!`)(`{2,})(?!`).+?(?<!`)\1(?!`)", re.S)  # code spans of 2+ backticks
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,8 @@ def lookup(tables: list[Table], reference: str) -> str:
 
 
 def references(text: str) -> list[str]:
-    """The ``{bench}`` references of a markdown text."""
-    return _ROLE.findall(text)
+    """The ``{bench}`` references of a markdown text (not those shown in double-backtick code)."""
+    return _ROLE.findall(_CODE.sub("", text))
 
 
 def _role(
