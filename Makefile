@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 TEST_TORCH_SEED ?= 0
 
-.PHONY: test demo bench peers lint clean
+.PHONY: test demo bench peers lint docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,10 +34,21 @@ peers: $(STAMP)
 		print('peers ready: composer', composer.__version__, 'timm', timm.__version__, \
 		'kornia', kornia.__version__)"
 
+# The documentation site (docs/): warnings are errors, then every internal link is checked.
+DOCS_STAMP := $(VENV)/.docs-installed-stamp
+
+$(DOCS_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[docs]'
+	@touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	MPLBACKEND=Agg $(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	$(PY) docs/check_links.py docs/_build/html
+
 lint: $(STAMP)
-	$(PY) -m ruff check surgery functional augment tests benchmarks
+	$(PY) -m ruff check surgery functional augment tests benchmarks docs
 	$(PY) -m ruff format --check surgery functional augment tests benchmarks
 	$(PY) -m mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache .mypy_cache *.egg-info benchmarks/out
+	rm -rf $(VENV) docs/_build docs/api/generated docs/gallery/_generated .pytest_cache .hypothesis .ruff_cache .mypy_cache *.egg-info benchmarks/out

@@ -204,21 +204,21 @@ def scale_scheduler(
     integer step (e.g. ``ssr=0.5``: the new step ``t`` has the old step ``2t``'s rate), and the
     scaled scheduler behaves exactly like one constructed with the scaled lengths.
 
-    ============================== =====================================================
-    scheduler                      what is scaled
-    ============================== =====================================================
-    ``StepLR``                     ``step_size``
-    ``MultiStepLR``                every milestone (milestones that merge keep every decay)
-    ``CosineAnnealingLR``          ``T_max``
-    ``CosineAnnealingWarmRestarts`` ``T_0`` (and the current period ``T_i``; ``T_mult`` kept)
-    ``ExponentialLR``              ``gamma`` becomes ``gamma ** (1 / r)``
-    ``LinearLR``, ``ConstantLR``,  ``total_iters``
+    ================================ ========================================================
+    scheduler                        what is scaled
+    ================================ ========================================================
+    ``StepLR``                       ``step_size``
+    ``MultiStepLR``                  every milestone (milestones that merge keep every decay)
+    ``CosineAnnealingLR``            ``T_max``
+    ``CosineAnnealingWarmRestarts``  ``T_0`` (and the current period ``T_i``; ``T_mult`` kept)
+    ``ExponentialLR``                ``gamma`` becomes ``gamma ** (1 / r)``
+    ``LinearLR``, ``ConstantLR``,    ``total_iters``
     ``PolynomialLR``
-    ``OneCycleLR``                 ``total_steps``; the phase fractions (``pct_start``) kept
-    ``CyclicLR``                   ``step_size_up`` and ``step_size_down``
-    ``SequentialLR``               the milestones and, recursively, every child
-    ``ChainedScheduler``           every child, recursively
-    ============================== =====================================================
+    ``OneCycleLR``                   ``total_steps``; the phase fractions (``pct_start``) kept
+    ``CyclicLR``                     ``step_size_up`` and ``step_size_down``
+    ``SequentialLR``                 the milestones and, recursively, every child
+    ``ChainedScheduler``             every child, recursively
+    ================================ ========================================================
 
     Other schedulers (``LambdaLR``, ``MultiplicativeLR``, ``ReduceLROnPlateau``, ...) have no
     well-defined length and raise ``ValueError`` naming the supported types. Scale a scheduler
