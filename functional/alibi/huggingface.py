@@ -189,7 +189,10 @@ def _alibi_eager_attention(
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
     if attention_mask is not None:
         scores = scores + attention_mask
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    # As transformers' own eager attention: softmax in the scores' dtype (the model's, or the
+    # one autocast picks for softmax), then the value's dtype (GPT-2's downcast; a no-op else).
+    # No float32 copy of the (B, H, L_q, L_k) matrix in a bf16/fp16 model.
+    weights = torch.softmax(scores, dim=-1).to(value.dtype)
     weights = nnf.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value).transpose(1, 2).contiguous()
     return output, weights

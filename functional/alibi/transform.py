@@ -60,9 +60,13 @@ def apply_alibi(
       a parameter -- it leaves ``optimizers`` together with its state.
     * transformers attention modules get a shared :class:`AlibiBias` child ``alibi_bias`` and the
       model's config switches to the registered ``"alibi_sdpa"`` / ``"alibi_eager"`` attention
-      function (it merges the bias into the model's own mask, then runs sdpa/eager). This setting
-      is not saved by ``save_pretrained``: re-apply ALiBi after loading. To switch backend later,
-      use ``model.set_attn_implementation("alibi_eager")`` rather than ``"eager"``.
+      function (it merges the bias into the model's own mask, then runs sdpa/eager). To switch
+      backend later, use ``model.set_attn_implementation("alibi_eager")`` rather than ``"eager"``.
+    * Saving: ``save_pretrained`` stores the weights and the plain config, not ALiBi, so
+      ``from_pretrained`` silently gives the plain model, which adds the saved (untrained)
+      position table again. Call ``apply_alibi(model, max_sequence_length)`` right after
+      ``from_pretrained``, as after building the model: the outputs are then those of the saved
+      model. ``torch.save(model.state_dict())`` checkpoints load into a transformed model.
     * ``nn.MultiheadAttention`` becomes :class:`AlibiMultiheadAttention` and
       ``nn.TransformerEncoderLayer`` a layer without the fused fast path (same object, same
       parameters); ``nn.TransformerEncoder`` stops converting inputs to nested tensors.
@@ -82,7 +86,8 @@ def apply_alibi(
     eager cache, so a compiled training step builds one graph and does not recompile; a new
     sequence length is a new shape (one more graph, or a dynamic-shape one). Under autocast the
     bias is built in the dtype of the queries (the autocast dtype) and merged into the model's
-    own mask in that dtype; the attention runs as the model's ``"sdpa"``/``"eager"`` would.
+    own mask in that dtype; the attention runs as the model's ``"sdpa"``/``"eager"`` would (the
+    eager softmax in the scores' dtype: no float32 copy of the attention matrix in a bf16 model).
 
     Porting from Composer's ``apply_alibi`` (the seed's parameters):
 
