@@ -20,7 +20,6 @@ Y. N. Dauphin et al. *Language Modeling with Gated Convolutional Networks.* ICML
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
@@ -31,6 +30,7 @@ from torch.nn import functional as nnf
 
 from functional._args import check_bool, check_generator, check_module
 from functional._policies import NoEffectReport, settle_new_parameters
+from functional._registry import Registry
 from functional._transformer_layers import (
     ModularTransformerEncoderLayer,
     disable_nested_tensor,
@@ -170,9 +170,29 @@ class GatedLinear(nn.Linear):
         fill_missing_entries(state_dict, self, prefix, self.state_dict().keys())
 
 
-def _bert_intermediate_class() -> type | None:
-    module = sys.modules.get("transformers.models.bert.modeling_bert")
-    return getattr(module, "BertIntermediate", None) if module is not None else None
+# The feed-forward blocks gated besides nn.TransformerEncoderLayer: block class -> (attribute of
+# its first projection, attribute of its activation). The transformers entries are lazy: they
+# resolve once their modeling module has been imported (this never imports transformers).
+_FEED_FORWARD_BLOCKS: Registry[type[nn.Module], tuple[str, str]] = Registry("feed-forward block")
+for _module, _class, _linear, _activation in (
+    ("bert", "BertIntermediate", "dense", "intermediate_act_fn"),
+    ("roberta", "RobertaIntermediate", "dense", "intermediate_act_fn"),
+    ("xlm_roberta", "XLMRobertaIntermediate", "dense", "intermediate_act_fn"),
+    ("distilbert", "FFN", "lin1", "activation"),
+):
+    _FEED_FORWARD_BLOCKS.register_lazy(
+        f"transformers.models.{_module}.modeling_{_module}", _class, (_linear, _activation)
+    )
+
+
+def _block_attributes(
+    blocks: dict[type[nn.Module], tuple[str, str]], cls: type
+) -> tuple[str, str] | None:
+    """The entry of the most specific registered class in ``cls``'s MRO."""
+    for klass in cls.__mro__:
+        if klass in blocks:
+            return blocks[klass]
+    return None
 
 
 def _resolve_activation(act_fn: object) -> Activation | None:
@@ -204,8 +224,10 @@ def apply_gated_linear_units(
         W_2\\,\\sigma(W_1 x + b_1) \\;\\longrightarrow\\;
         W_2\\big(\\sigma(W_g x + b_g) \\odot (W_1 x + b_1)\\big)
 
-    Supported blocks: HuggingFace BERT's ``BertIntermediate`` (``dense`` becomes a
-    :class:`GatedLinear`, its activation moves onto the gate) and ``nn.TransformerEncoderLayer``
+    Supported blocks: HuggingFace BERT's ``BertIntermediate``, RoBERTa's
+    ``RobertaIntermediate``, XLM-RoBERTa's ``XLMRobertaIntermediate`` (``dense`` becomes a
+    :class:`GatedLinear`, its activation moves onto the gate), DistilBERT's ``FFN`` (``lin1``,
+    likewise) and ``nn.TransformerEncoderLayer``
     (``linear1`` becomes a :class:`GatedLinear`; the layer no longer takes torch's fused fast
     path, which would bypass the gate). The value path keeps the original parameter objects, so
     their values, optimizer state and state_dict keys survive; ``BertOutput`` / ``linear2``,
@@ -291,8 +313,10 @@ def apply_gated_linear_units(
 
 _REPORT = NoEffectReport(
     "apply_gated_linear_units",
-    looked_for="feed-forward block it supports (transformers BertIntermediate, as in BertModel "
-    "and BertFor*; torch.nn.TransformerEncoderLayer)",
+    looked_for="feed-forward block it supports (transformers BertIntermediate, "
+    "RobertaIntermediate, XLMRobertaIntermediate and DistilBERT's FFN, as in BertModel, "
+    "RobertaModel, XLMRobertaModel, DistilBertModel and their heads; "
+    "torch.nn.TransformerEncoderLayer)",
     skipped="left these layers unchanged: {names} (subclasses of nn.TransformerEncoderLayer "
     "with their own behaviour)",
 )
@@ -323,12 +347,13 @@ class _Found:
 
 
 def _find_blocks(model: nn.Module) -> _Found:
-    bert_intermediate = _bert_intermediate_class()
+    registered = _FEED_FORWARD_BLOCKS.snapshot()
     found = _Found()
     for module in model.modules():
-        if bert_intermediate is not None and isinstance(module, bert_intermediate):
-            dense = cast(nn.Linear, module.dense)  # BertIntermediate's first projection
-            block = _Block(module, dense, "intermediate_act_fn")
+        attributes = _block_attributes(registered, type(module))
+        if attributes is not None:
+            linear = cast(nn.Linear, getattr(module, attributes[0]))
+            block = _Block(module, linear, attributes[1])
         elif not isinstance(module, nn.TransformerEncoderLayer):
             continue
         elif type(module) in (nn.TransformerEncoderLayer, ModularTransformerEncoderLayer):
