@@ -36,6 +36,7 @@ from functional.ghost_batchnorm import (
     GhostBatchNorm1d,
     GhostBatchNorm2d,
     GhostBatchNorm3d,
+    GhostBatchNormAct2d,
     apply_ghost_batchnorm,
 )
 from functional.gradient_clipping import apply_gradient_clipping
@@ -89,6 +90,7 @@ __all__: list[str] = [
     "GhostBatchNorm1d",
     "GhostBatchNorm2d",
     "GhostBatchNorm3d",
+    "GhostBatchNormAct2d",
     "LowPrecisionGroupNorm",
     "LowPrecisionLayerNorm",
     "SAMOptimizer",

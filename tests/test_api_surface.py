@@ -105,6 +105,7 @@ EXTENSIONS = {
         "apply_low_precision_groupnorm",
         "GhostBatchNorm1d",
         "GhostBatchNorm3d",
+        "GhostBatchNormAct2d",
         "StochasticBlock",
         "StochasticBasicBlock",
         "FactorizedConv2d",
