@@ -45,6 +45,7 @@ from functional.layer_freezing import freeze_layers
 from functional.low_precision_norm import (
     LowPrecisionGroupNorm,
     LowPrecisionLayerNorm,
+    LowPrecisionLayerNorm2d,
     apply_low_precision_groupnorm,
     apply_low_precision_layernorm,
 )
@@ -93,6 +94,7 @@ __all__: list[str] = [
     "GhostBatchNormAct2d",
     "LowPrecisionGroupNorm",
     "LowPrecisionLayerNorm",
+    "LowPrecisionLayerNorm2d",
     "SAMOptimizer",
     "SqueezeExcite2d",
     "SqueezeExciteConv2d",

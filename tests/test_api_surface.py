@@ -112,6 +112,7 @@ EXTENSIONS = {
         "FactorizedLinear",
         "WeightStandardizer",
         "LowPrecisionLayerNorm",
+        "LowPrecisionLayerNorm2d",
         "LowPrecisionGroupNorm",
         "GatedLinear",
         "AlibiMultiheadAttention",
