@@ -31,7 +31,13 @@ from functional.cutmix import cutmix_batch
 from functional.cutout import cutout
 from functional.ema import compute_ema, ema_smoothing, swap_ema_weights, use_ema_weights
 from functional.factorization import FactorizedConv2d, FactorizedLinear, apply_factorization
-from functional.gated_linear_units import GatedLinear, apply_gated_linear_units
+from functional.gated_linear_units import (
+    GatedLinear,
+    apply_gated_linear_units,
+    glu_block_registry,
+    register_glu_block,
+    unregister_glu_block,
+)
 from functional.ghost_batchnorm import (
     GhostBatchNorm1d,
     GhostBatchNorm2d,
@@ -129,9 +135,11 @@ __all__: list[str] = [
     "ema_smoothing",
     "freeze_layers",
     "gen_interpolation_lambda",
+    "glu_block_registry",
     "mixup_batch",
     "progressive_resizing_scale",
     "register_alibi",
+    "register_glu_block",
     "register_stochastic_block",
     "resize_inputs",
     "scale_scheduler",
@@ -143,6 +151,7 @@ __all__: list[str] = [
     "stochastic_depth_drop_rate",
     "swap_ema_weights",
     "unregister_alibi",
+    "unregister_glu_block",
     "unregister_stochastic_block",
     "use_ema_weights",
 ]

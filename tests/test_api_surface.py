@@ -51,6 +51,9 @@ CONTRACT = {
         "apply_weight_standardization",
         "apply_low_precision_layernorm",
         "apply_gated_linear_units",
+        "glu_block_registry",
+        "register_glu_block",
+        "unregister_glu_block",
         "freeze_layers",
         # layers
         "BlurConv2d",

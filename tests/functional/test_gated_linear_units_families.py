@@ -7,6 +7,7 @@ import torch
 
 import functional as fn
 from functional.gated_linear_units import _FEED_FORWARD_BLOCKS, GatedLinear
+from surgery import NoEffectWarning
 from tests.functional._hf_models import hf_inputs, hf_logits, hf_model
 from tests.functional._model_checks import assert_idempotent, assert_optimizer_matches
 
@@ -71,3 +72,58 @@ def test_the_blocks_are_entries_of_the_feed_forward_registry(family):
     model = hf_model(family)
     block_class = type(_blocks(model, family)[0])
     assert _FEED_FORWARD_BLOCKS[block_class] == _BLOCKS[family][1:]
+
+
+def test_users_register_their_own_block_and_remove_built_ins():
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up, self.act = torch.nn.Linear(4, 6), torch.nn.SiLU()
+            self.down = torch.nn.Linear(6, 4)
+
+        def forward(self, x):
+            return self.down(self.act(self.up(x)))
+
+    fn.register_glu_block(MLP, "up", "act")
+    try:
+        assert fn.glu_block_registry()[MLP] == ("up", "act")
+        with pytest.raises(ValueError, match="already has a gated-linear-unit block"):
+            fn.register_glu_block(MLP, "up", "act")
+        model = torch.nn.Sequential(MLP())
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        fn.apply_gated_linear_units(model, opt)
+        assert isinstance(model[0].up, GatedLinear) and model[0].up.activation is not None
+        assert isinstance(model[0].act, torch.nn.Identity)
+        assert_optimizer_matches(opt, model)
+    finally:
+        fn.unregister_glu_block(MLP)
+    with pytest.raises(TypeError, match="linear must be an attribute name"):
+        fn.register_glu_block(MLP, 3, "act")
+    with pytest.raises(TypeError, match=r"block_class must be an nn\.Module subclass"):
+        fn.register_glu_block(int, "up", "act")
+
+    model = hf_model("roberta")  # a built-in removed: the blocks stay as they are
+    block_class = type(_blocks(model, "roberta")[0])
+    entry = fn.glu_block_registry()[block_class]
+    fn.unregister_glu_block(block_class)
+    try:
+        with pytest.warns(NoEffectWarning, match="changed nothing"):
+            fn.apply_gated_linear_units(model)
+        assert not any(isinstance(m, GatedLinear) for m in model.modules())
+    finally:
+        fn.register_glu_block(block_class, *entry)
+
+
+def test_a_registered_block_without_the_named_linear_is_reported():
+    class Odd(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = torch.nn.Conv1d(4, 4, 1)
+            self.act = torch.nn.ReLU()
+
+    fn.register_glu_block(Odd, "up", "act")
+    try:
+        with pytest.warns(NoEffectWarning, match=r"Odd \(no nn.Linear `up`"):
+            fn.apply_gated_linear_units(torch.nn.Sequential(Odd()))
+    finally:
+        fn.unregister_glu_block(Odd)
