@@ -174,10 +174,11 @@ def _projections(attention: torch.nn.Module) -> tuple[torch.nn.Linear, ...]:
 
 
 @pytest.mark.parametrize("family", _NEW_FAMILIES)
-def test_new_families_attention_matches_a_reference_with_padding(family):
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_new_families_attention_matches_a_reference_with_padding(family, impl):
     from tests.functional.test_alibi import slow_bias
 
-    model = fn.apply_alibi(hf_model(family, "eager"), 64)
+    model = fn.apply_alibi(hf_model(family, impl), 64)
     attention = _attention_layers(model)[1]
     captured = {}
 
@@ -261,3 +262,21 @@ def test_a_converter_registered_for_a_rotary_model_is_refused_before_any_change(
         fn.unregister_alibi(attention_class)
     assert not _attention_layers(model)
     assert attention_class not in fn.alibi_registry()
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_roberta_as_a_decoder_stays_causal(impl):
+    config = transformers.RobertaConfig(
+        vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=24, max_position_embeddings=34, is_decoder=True,
+    )  # fmt: skip
+    model = transformers.RobertaForCausalLM(config).eval()
+    model.set_attn_implementation(impl)
+    fn.apply_alibi(model, 64)
+    ids = torch.randint(2, 39, (1, 50), generator=torch.Generator().manual_seed(0))
+    changed = ids.clone()
+    changed[0, 30] += 1
+    with torch.no_grad():
+        a, b = model(ids).logits, model(changed).logits
+    assert torch.equal(a[:, :30], b[:, :30])  # no position sees a later one
+    assert not torch.allclose(a[:, 30:], b[:, 30:])
