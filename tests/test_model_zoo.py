@@ -191,6 +191,7 @@ _APPLIES_AFTER_RESUME_MERGE = {
     for m in (
         "timm_resnet18", "timm_resnet50d", "timm_convnext", "timm_vit", "timm_deit",
         "timm_efficientnet_b0", "timm_regnety",
+        "timm_mobilenetv3",  # built from timm's EfficientNet blocks
     )
 }  # fmt: skip
 
