@@ -189,7 +189,8 @@ RESUME_MERGED = False
 _APPLIES_AFTER_RESUME_MERGE = {
     ("stochastic_depth", m)
     for m in (
-        "timm_resnet18", "timm_resnet50d", "timm_convnext", "timm_vit", "timm_deit",
+        "timm_resnet18", "timm_resnet18_gn", "timm_resnet50d", "timm_convnext", "timm_vit",
+        "timm_deit",
         "timm_efficientnet_b0", "timm_regnety",
         "timm_mobilenetv3",  # built from timm's EfficientNet blocks
     )
