@@ -286,7 +286,7 @@ def apply_gated_linear_units(
     Supported blocks: HuggingFace BERT's ``BertIntermediate``, RoBERTa's
     ``RobertaIntermediate``, XLM-RoBERTa's ``XLMRobertaIntermediate`` (``dense`` becomes a
     :class:`GatedLinear`, its activation moves onto the gate), DistilBERT's ``FFN`` (``lin1``,
-    likewise) and ``nn.TransformerEncoderLayer``
+    likewise), any block given to :func:`register_glu_block`, and ``nn.TransformerEncoderLayer``
     (``linear1`` becomes a :class:`GatedLinear`; the layer no longer takes torch's fused fast
     path, which would bypass the gate). The value path keeps the original parameter objects, so
     their values, optimizer state and state_dict keys survive; ``BertOutput`` / ``linear2``,
@@ -375,7 +375,7 @@ _REPORT = NoEffectReport(
     looked_for="feed-forward block it supports (transformers BertIntermediate, "
     "RobertaIntermediate, XLMRobertaIntermediate and DistilBERT's FFN, as in BertModel, "
     "RobertaModel, XLMRobertaModel, DistilBertModel and their heads; "
-    "torch.nn.TransformerEncoderLayer)",
+    "torch.nn.TransformerEncoderLayer); add one with functional.register_glu_block",
     skipped="left these layers unchanged: {names}",
     separator="; ",
 )
