@@ -31,11 +31,18 @@ from functional.cutmix import cutmix_batch
 from functional.cutout import cutout
 from functional.ema import compute_ema, ema_smoothing, swap_ema_weights, use_ema_weights
 from functional.factorization import FactorizedConv2d, FactorizedLinear, apply_factorization
-from functional.gated_linear_units import GatedLinear, apply_gated_linear_units
+from functional.gated_linear_units import (
+    GatedLinear,
+    apply_gated_linear_units,
+    glu_block_registry,
+    register_glu_block,
+    unregister_glu_block,
+)
 from functional.ghost_batchnorm import (
     GhostBatchNorm1d,
     GhostBatchNorm2d,
     GhostBatchNorm3d,
+    GhostBatchNormAct2d,
     apply_ghost_batchnorm,
 )
 from functional.gradient_clipping import apply_gradient_clipping
@@ -44,6 +51,7 @@ from functional.layer_freezing import freeze_layers
 from functional.low_precision_norm import (
     LowPrecisionGroupNorm,
     LowPrecisionLayerNorm,
+    LowPrecisionLayerNorm2d,
     apply_low_precision_groupnorm,
     apply_low_precision_layernorm,
 )
@@ -89,8 +97,10 @@ __all__: list[str] = [
     "GhostBatchNorm1d",
     "GhostBatchNorm2d",
     "GhostBatchNorm3d",
+    "GhostBatchNormAct2d",
     "LowPrecisionGroupNorm",
     "LowPrecisionLayerNorm",
+    "LowPrecisionLayerNorm2d",
     "SAMOptimizer",
     "SqueezeExcite2d",
     "SqueezeExciteConv2d",
@@ -125,9 +135,11 @@ __all__: list[str] = [
     "ema_smoothing",
     "freeze_layers",
     "gen_interpolation_lambda",
+    "glu_block_registry",
     "mixup_batch",
     "progressive_resizing_scale",
     "register_alibi",
+    "register_glu_block",
     "register_stochastic_block",
     "resize_inputs",
     "scale_scheduler",
@@ -139,6 +151,7 @@ __all__: list[str] = [
     "stochastic_depth_drop_rate",
     "swap_ema_weights",
     "unregister_alibi",
+    "unregister_glu_block",
     "unregister_stochastic_block",
     "use_ema_weights",
 ]

@@ -20,7 +20,6 @@ Y. N. Dauphin et al. *Language Modeling with Gated Convolutional Networks.* ICML
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
@@ -31,6 +30,7 @@ from torch.nn import functional as nnf
 
 from functional._args import check_bool, check_generator, check_module
 from functional._policies import ModelT, NoEffectReport, settle_new_parameters
+from functional._registry import Registry
 from functional._transformer_layers import (
     ModularTransformerEncoderLayer,
     disable_nested_tensor,
@@ -44,7 +44,13 @@ from surgery import (
     replace_modules,
 )
 
-__all__ = ["GatedLinear", "apply_gated_linear_units"]
+__all__ = [
+    "GatedLinear",
+    "apply_gated_linear_units",
+    "glu_block_registry",
+    "register_glu_block",
+    "unregister_glu_block",
+]
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
 
@@ -170,9 +176,82 @@ class GatedLinear(nn.Linear):
         fill_missing_entries(state_dict, self, prefix, self.state_dict().keys())
 
 
-def _bert_intermediate_class() -> type | None:
-    module = sys.modules.get("transformers.models.bert.modeling_bert")
-    return getattr(module, "BertIntermediate", None) if module is not None else None
+def _check_block_entry(block_class: type[nn.Module], attributes: tuple[str, str]) -> None:
+    if not (isinstance(block_class, type) and issubclass(block_class, nn.Module)):
+        raise TypeError(f"block_class must be an nn.Module subclass, got {block_class!r}")
+    for name, value in zip(("linear", "activation"), attributes, strict=True):
+        if not (isinstance(value, str) and value.isidentifier()):
+            raise TypeError(f"{name} must be an attribute name (a str), got {value!r}")
+
+
+# The feed-forward blocks gated besides nn.TransformerEncoderLayer: block class -> (attribute of
+# its first projection, attribute of its activation). The transformers entries are lazy: they
+# resolve once their modeling module has been imported (this never imports transformers).
+_FEED_FORWARD_BLOCKS: Registry[type[nn.Module], tuple[str, str]] = Registry(
+    "gated-linear-unit block", check=_check_block_entry
+)
+for _module, _class, _linear, _activation in (
+    ("bert", "BertIntermediate", "dense", "intermediate_act_fn"),
+    ("roberta", "RobertaIntermediate", "dense", "intermediate_act_fn"),
+    ("xlm_roberta", "XLMRobertaIntermediate", "dense", "intermediate_act_fn"),
+    ("distilbert", "FFN", "lin1", "activation"),
+):
+    _FEED_FORWARD_BLOCKS.register_lazy(
+        f"transformers.models.{_module}.modeling_{_module}", _class, (_linear, _activation)
+    )
+
+
+def register_glu_block(
+    block_class: type[nn.Module], linear: str, activation: str, *, replace: bool = False
+) -> None:
+    """Teach :func:`apply_gated_linear_units` a feed-forward block: gate ``block.<linear>``.
+
+    Every module of the model whose class is ``block_class`` or a subclass of it (the most
+    specific registered class wins) has its first projection ``getattr(block, linear)`` (an
+    ``nn.Linear``) replaced by a :class:`GatedLinear`, and its activation
+    ``getattr(block, activation)`` moved onto the gate (the block's attribute becomes
+    ``nn.Identity``). The block's ``forward`` must compute ``activation(linear(x))`` and pass it
+    on. The built-in entries (transformers ``BertIntermediate``, ``RobertaIntermediate``,
+    ``XLMRobertaIntermediate``, DistilBERT's ``FFN``) are entries like any other: see them with
+    :func:`glu_block_registry`, remove them with :func:`unregister_glu_block`.
+
+    Raises:
+        TypeError: ``block_class`` is not an ``nn.Module`` subclass, or an attribute name is
+            not a str.
+        ValueError: ``block_class`` is registered already and ``replace`` is false.
+
+    Example:
+        >>> class MLP(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.up, self.act, self.down = nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8)
+        ...     def forward(self, x):
+        ...         return self.down(self.act(self.up(x)))
+        >>> register_glu_block(MLP, linear="up", activation="act")
+        >>> model = apply_gated_linear_units(nn.Sequential(MLP()))
+        >>> type(model[0].up).__name__, type(model[0].act).__name__
+        ('GatedLinear', 'Identity')
+        >>> unregister_glu_block(MLP)
+    """
+    _FEED_FORWARD_BLOCKS.register(block_class, (linear, activation), replace=replace)
+
+
+def unregister_glu_block(block_class: type[nn.Module]) -> None:
+    """Remove the entry of ``block_class`` (built-ins included); ``KeyError`` if there is none."""
+    _FEED_FORWARD_BLOCKS.unregister(block_class)
+
+
+def glu_block_registry() -> dict[type[nn.Module], tuple[str, str]]:
+    """A snapshot of the GLU registry: block class -> (projection attribute, activation
+    attribute), in registration order. Built-in transformers classes appear once their
+    modeling module has been imported.
+
+    Example:
+        >>> from transformers.models.bert import modeling_bert
+        >>> glu_block_registry()[modeling_bert.BertIntermediate]
+        ('dense', 'intermediate_act_fn')
+    """
+    return _FEED_FORWARD_BLOCKS.snapshot()
 
 
 def _resolve_activation(act_fn: object) -> Activation | None:
@@ -204,8 +283,10 @@ def apply_gated_linear_units(
         W_2\\,\\sigma(W_1 x + b_1) \\;\\longrightarrow\\;
         W_2\\big(\\sigma(W_g x + b_g) \\odot (W_1 x + b_1)\\big)
 
-    Supported blocks: HuggingFace BERT's ``BertIntermediate`` (``dense`` becomes a
-    :class:`GatedLinear`, its activation moves onto the gate) and ``nn.TransformerEncoderLayer``
+    Supported blocks: HuggingFace BERT's ``BertIntermediate``, RoBERTa's
+    ``RobertaIntermediate``, XLM-RoBERTa's ``XLMRobertaIntermediate`` (``dense`` becomes a
+    :class:`GatedLinear`, its activation moves onto the gate), DistilBERT's ``FFN`` (``lin1``,
+    likewise), any block given to :func:`register_glu_block`, and ``nn.TransformerEncoderLayer``
     (``linear1`` becomes a :class:`GatedLinear`; the layer no longer takes torch's fused fast
     path, which would bypass the gate). The value path keeps the original parameter objects, so
     their values, optimizer state and state_dict keys survive; ``BertOutput`` / ``linear2``,
@@ -291,10 +372,12 @@ def apply_gated_linear_units(
 
 _REPORT = NoEffectReport(
     "apply_gated_linear_units",
-    looked_for="feed-forward block it supports (transformers BertIntermediate, as in BertModel "
-    "and BertFor*; torch.nn.TransformerEncoderLayer)",
-    skipped="left these layers unchanged: {names} (subclasses of nn.TransformerEncoderLayer "
-    "with their own behaviour)",
+    looked_for="feed-forward block it supports (transformers BertIntermediate, "
+    "RobertaIntermediate, XLMRobertaIntermediate and DistilBERT's FFN, as in BertModel, "
+    "RobertaModel, XLMRobertaModel, DistilBertModel and their heads; "
+    "torch.nn.TransformerEncoderLayer); add one with functional.register_glu_block",
+    skipped="left these layers unchanged: {names}",
+    separator="; ",
 )
 
 
@@ -323,18 +406,30 @@ class _Found:
 
 
 def _find_blocks(model: nn.Module) -> _Found:
-    bert_intermediate = _bert_intermediate_class()
+    registered = _FEED_FORWARD_BLOCKS.snapshot()
     found = _Found()
     for module in model.modules():
-        if bert_intermediate is not None and isinstance(module, bert_intermediate):
-            dense = cast(nn.Linear, module.dense)  # BertIntermediate's first projection
-            block = _Block(module, dense, "intermediate_act_fn")
+        attributes = next((registered[c] for c in type(module).__mro__ if c in registered), None)
+        if attributes is not None:
+            linear = getattr(module, attributes[0], None)
+            if not isinstance(linear, nn.Linear) or not callable(
+                getattr(module, attributes[1], None)
+            ):
+                found.skipped.append(
+                    f"{type(module).__qualname__} (no nn.Linear `{attributes[0]}` or no "
+                    f"callable `{attributes[1]}`)"
+                )
+                continue
+            block = _Block(module, linear, attributes[1])
         elif not isinstance(module, nn.TransformerEncoderLayer):
             continue
         elif type(module) in (nn.TransformerEncoderLayer, ModularTransformerEncoderLayer):
             block = _Block(module, module.linear1, "activation")
         else:
-            found.skipped.append(type(module).__qualname__)
+            found.skipped.append(
+                f"{type(module).__qualname__} (a subclass of nn.TransformerEncoderLayer with its "
+                "own behaviour)"
+            )
             continue
         if isinstance(block.linear, GatedLinear):
             found.already = True

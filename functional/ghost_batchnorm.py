@@ -10,6 +10,8 @@ of the batch norm they replace, and evaluation runs the very same ``BatchNorm`` 
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -22,6 +24,7 @@ __all__ = [
     "GhostBatchNorm1d",
     "GhostBatchNorm2d",
     "GhostBatchNorm3d",
+    "GhostBatchNormAct2d",
     "apply_ghost_batchnorm",
 ]
 
@@ -198,11 +201,110 @@ class GhostBatchNorm3d(_GhostBatchNorm, nn.BatchNorm3d):
     _plain = nn.BatchNorm3d
 
 
+class GhostBatchNormAct2d(GhostBatchNorm2d):
+    """Ghost batch norm followed by a dropout and an activation: timm's ``BatchNormAct2d``.
+
+    timm fuses a ``BatchNorm2d`` with what follows it (``BatchNormAct2d``: the batch norm, then
+    its ``drop`` and ``act`` submodules) in EfficientNet, MobileNetV3, RegNet and others.
+    :func:`apply_ghost_batchnorm` converts it to this class, which keeps the ``drop`` and
+    ``act`` submodules (shared, not copied) and applies them after the ghost batch norm, so the
+    activation is kept; parameters, buffers and state_dict keys are those of the layer it
+    replaces, and evaluation computes exactly what it computed.
+
+    Shape:
+        - Input: (B, C, H, W)
+        - Output: same as the input
+
+    Example:
+        >>> bn = GhostBatchNormAct2d(3, ghost_batch_size=2, act=nn.ReLU())
+        >>> bool((bn(torch.randn(5, 3, 4, 4)) >= 0).all())
+        True
+    """
+
+    drop: nn.Module
+    act: nn.Module
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        ghost_batch_size: int = 32,
+        act: nn.Module | None = None,
+        drop: nn.Module | None = None,
+    ) -> None:
+        super().__init__(
+            num_features,
+            eps,
+            momentum,
+            affine,
+            track_running_stats,
+            device,
+            dtype,
+            ghost_batch_size=ghost_batch_size,
+        )
+        self.drop = nn.Identity() if drop is None else drop
+        self.act = nn.Identity() if act is None else act
+
+    @classmethod
+    def from_batchnorm(cls, bn: _BatchNorm, ghost_batch_size: int = 32) -> GhostBatchNormAct2d:
+        """A ghost batch norm sharing ``bn``'s Parameters, buffers, ``drop`` and ``act``."""
+        for name in ("drop", "act"):
+            if not isinstance(getattr(bn, name, None), nn.Module):
+                raise TypeError(
+                    f"bn must be a batch norm with `drop` and `act` submodules (timm's "
+                    f"BatchNormAct2d), got {type(bn).__name__} without `{name}`"
+                )
+        return super().from_batchnorm(bn, ghost_batch_size)  # type: ignore[return-value]
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return self.act(self.drop(super().forward(input)))
+
+
 _GHOST_OF: dict[type[nn.Module], type[_GhostBatchNorm]] = {
     nn.BatchNorm1d: GhostBatchNorm1d,
     nn.BatchNorm2d: GhostBatchNorm2d,
     nn.BatchNorm3d: GhostBatchNorm3d,
 }
+# timm's fused batch norms (exact type), looked up only once timm has been imported by someone.
+_TIMM_NORM_ACT = "timm.layers.norm_act"
+_TIMM_GHOST_OF = {"BatchNormAct2d": GhostBatchNormAct2d}
+
+
+def _ghost_classes() -> dict[type[nn.Module], type[_GhostBatchNorm]]:
+    """The exact classes converted, and their ghost classes (timm's when timm is loaded)."""
+    classes = dict(_GHOST_OF)
+    module = sys.modules.get(_TIMM_NORM_ACT)
+    for name, ghost in _TIMM_GHOST_OF.items():
+        cls = getattr(module, name, None) if module is not None else None
+        if isinstance(cls, type) and issubclass(cls, nn.Module):
+            classes[cls] = ghost
+    return classes
+
+
+def _no_effect_message(model: nn.Module) -> str:
+    """What the no-effect warning says: the exact types converted, the subclasses seen."""
+    seen = sorted(
+        {
+            type(m).__name__
+            for m in model.modules()
+            if isinstance(m, _BatchNorm) and not isinstance(m, _GhostBatchNorm)
+        }
+    )
+    message = (
+        "nn.BatchNorm1d, nn.BatchNorm2d or nn.BatchNorm3d (exact type) nor timm BatchNormAct2d"
+    )
+    if seen:
+        message += (
+            "; it converts exact types only (a subclass's own forward cannot be assumed) and "
+            f"left alone the batch norm subclasses it saw: {', '.join(seen)}"
+        )
+    return message
 
 
 def apply_ghost_batchnorm(
@@ -240,7 +342,10 @@ def apply_ghost_batchnorm(
     graph per batch size; the ghost split depends only on the batch size.
 
     Only exact ``nn.BatchNorm1d/2d/3d`` instances are replaced (``SyncBatchNorm`` and
-    subclasses with their own ``forward`` are left alone); parameters and buffers are shared,
+    subclasses with their own ``forward`` are left alone, and the no-effect warning names the
+    subclasses it saw), and timm's ``BatchNormAct2d`` (a ``BatchNorm2d`` fused with a dropout
+    and an activation, in EfficientNet, MobileNetV3, RegNet, ...), which becomes a
+    :class:`GhostBatchNormAct2d` that keeps its activation. Parameters and buffers are shared,
     not copied, so optimizer state, pretrained statistics and state_dict keys are kept.
 
     Args:
@@ -252,7 +357,8 @@ def apply_ghost_batchnorm(
         ``model``, changed in place.
 
     Warns:
-        surgery.NoEffectWarning: when the model has no ``nn.BatchNorm1d/2d/3d``.
+        surgery.NoEffectWarning: when the model has no ``nn.BatchNorm1d/2d/3d`` of exact type
+            (nor timm ``BatchNormAct2d``); the message names the batch norm subclasses it saw.
 
     Example:
         >>> from torchvision.models import resnet18
@@ -267,12 +373,14 @@ def apply_ghost_batchnorm(
     check_module(model)
     ghost_batch_size = check_int(ghost_batch_size, "ghost_batch_size", minimum=1)
 
+    classes = _ghost_classes()
+
     def convert(bn: nn.Module, _index: int) -> nn.Module:
-        return _GHOST_OF[type(bn)].from_batchnorm(bn, ghost_batch_size=ghost_batch_size)  # type: ignore[arg-type]
+        return classes[type(bn)].from_batchnorm(bn, ghost_batch_size=ghost_batch_size)  # type: ignore[arg-type]
 
     replaced = replace_module_classes(
-        model, dict.fromkeys(_GHOST_OF, convert), optimizers=optimizers, exact_type=True
+        model, dict.fromkeys(classes, convert), optimizers=optimizers, exact_type=True
     )
     if not replaced:
-        warn_no_effect("apply_ghost_batchnorm", "nn.BatchNorm1d, nn.BatchNorm2d or nn.BatchNorm3d")
+        warn_no_effect("apply_ghost_batchnorm", _no_effect_message(model))
     return model

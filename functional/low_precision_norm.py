@@ -5,6 +5,12 @@ float32 passes in the middle of a half-precision model. These layers instead com
 low-precision dtype while autocast is enabled on the input's device, the way autocast treats the
 ops it runs in low precision, and hand back the input's dtype. Outside autocast they are exactly
 ``nn.LayerNorm``/``nn.GroupNorm``.
+
+Converted: the exact ``nn.LayerNorm``/``nn.GroupNorm`` types, and the subclasses known to
+compute a plain layer (group) norm over their declared shape: timm's ``LayerNorm``,
+``GroupNorm`` and ``GroupNorm1``, and the channels-first ``LayerNorm2d`` of timm and
+torchvision (ConvNeXt), which becomes :class:`LowPrecisionLayerNorm2d`. These are entries of a
+private registry resolved from ``sys.modules``: timm is never imported here.
 """
 
 from __future__ import annotations
@@ -16,12 +22,14 @@ from torch import nn
 from torch.nn import functional as nnf
 
 from functional._args import check_module
-from functional._policies import ModelT, clone_module_as, warn_no_effect
-from surgery import OptimizerArg, replace_module_classes
+from functional._policies import ModelT, NoEffectReport, clone_module_as, warn_no_effect
+from functional._registry import Registry
+from surgery import OptimizerArg, replace_modules
 
 __all__ = [
     "LowPrecisionGroupNorm",
     "LowPrecisionLayerNorm",
+    "LowPrecisionLayerNorm2d",
     "apply_low_precision_groupnorm",
     "apply_low_precision_layernorm",
 ]
@@ -172,27 +180,111 @@ class LowPrecisionGroupNorm(_LowPrecisionNorm, nn.GroupNorm):
         return nnf.group_norm(input, self.num_groups, weight, bias, self.eps)
 
 
+class LowPrecisionLayerNorm2d(LowPrecisionLayerNorm):
+    """A channels-first layer norm (over ``C`` of a ``(B, C, H, W)`` input) computed in
+    ``low_precision_dtype`` while autocast is enabled.
+
+    What the ``LayerNorm2d`` of timm and torchvision (ConvNeXt) compute -- permute to channels
+    last, ``layer_norm`` over ``normalized_shape == (C,)``, permute back -- with the dtype rule
+    of :class:`LowPrecisionLayerNorm`; outside autocast exactly that computation. Same
+    parameters and state_dict keys as the layer it replaces.
+
+    Shape:
+        - Input: (B, C, H, W)
+        - Output: same shape, the input's dtype
+
+    Example:
+        >>> ln = LowPrecisionLayerNorm2d(8, low_precision_dtype=torch.bfloat16)
+        >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+        ...     y = ln(torch.randn(2, 8, 3, 3))
+        >>> y.shape, y.dtype
+        (torch.Size([2, 8, 3, 3]), torch.float32)
+    """
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return super().forward(input.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+# Exact class -> the low-precision class replacing it, for the layers whose forward is known to
+# be a plain layer (group) norm over their declared shape. The timm and torchvision entries are
+# lazy: they resolve once their module has been imported (this never imports them).
+_LAYER_NORMS: Registry[type[nn.Module], type[LowPrecisionLayerNorm]] = Registry(
+    "low-precision layer norm"
+)
+_LAYER_NORMS.register(nn.LayerNorm, LowPrecisionLayerNorm)
+_LAYER_NORMS.register_lazy("timm.layers.norm", "LayerNorm", LowPrecisionLayerNorm)
+_LAYER_NORMS.register_lazy("timm.layers.norm", "LayerNorm2d", LowPrecisionLayerNorm2d)
+_LAYER_NORMS.register_lazy("torchvision.models.convnext", "LayerNorm2d", LowPrecisionLayerNorm2d)
+_GROUP_NORMS: Registry[type[nn.Module], type[LowPrecisionGroupNorm]] = Registry(
+    "low-precision group norm"
+)
+_GROUP_NORMS.register(nn.GroupNorm, LowPrecisionGroupNorm)
+_GROUP_NORMS.register_lazy("timm.layers.norm", "GroupNorm", LowPrecisionGroupNorm)
+_GROUP_NORMS.register_lazy("timm.layers.norm", "GroupNorm1", LowPrecisionGroupNorm)
+
+
+def _refusal(module: nn.Module, known: Registry) -> str | None:
+    """Why ``module`` (an instance of the plain norm class) is left alone, or ``None``."""
+    cls = type(module)
+    if cls not in known:
+        return f"{cls.__name__} (a subclass whose forward is not known to be a plain norm)"
+    if getattr(module, "_fast_norm", False):
+        return f"{cls.__name__} (timm fast norm: it already follows autocast's dtype)"
+    return None
+
+
 def _apply(
     model: ModelT,
     dtype: torch.dtype,
     optimizers: OptimizerArg,
     plain: type[nn.Module],
-    convert,
-    transform: str,
+    known: Registry,
+    report: NoEffectReport,
 ) -> ModelT:
     check_module(model)
     if not _check_dtype(dtype):
         warn_no_effect(
-            transform,
+            report.transform,
             f"layers to run in {dtype}: only torch.float16 and torch.bfloat16 are low precision",
         )
         return model
-    replaced = replace_module_classes(
-        model, {plain: lambda m, _i: convert(m, dtype)}, optimizers=optimizers, exact_type=True
+    replacements: dict[nn.Module, nn.Module] = {}
+    skipped: list[str] = []
+    already = False
+    for module in model.modules():
+        if not isinstance(module, plain) or module in replacements:
+            continue
+        if isinstance(module, _LowPrecisionNorm):
+            already = True
+        else:
+            reason = _refusal(module, known)
+            if reason is not None:
+                skipped.append(reason)
+                continue
+            replacements[module] = known[type(module)]._share(module, "norm", dtype)
+    if replacements:
+        replace_modules(model, replacements, optimizers=optimizers)
+    report.warn(
+        changed=bool(replacements),
+        skipped=skipped,
+        already=f"its nn.{plain.__name__} layers already run in low precision" if already else None,
+        stacklevel=4,
     )
-    if not replaced:
-        warn_no_effect(transform, f"nn.{plain.__name__} layers (exact type)")
     return model
+
+
+_LAYER_NORM_REPORT = NoEffectReport(
+    "apply_low_precision_layernorm",
+    "nn.LayerNorm layers (exact type), nor timm LayerNorm / LayerNorm2d or torchvision LayerNorm2d",
+    skipped="left these layers unchanged: {names}",
+    separator="; ",
+)
+_GROUP_NORM_REPORT = NoEffectReport(
+    "apply_low_precision_groupnorm",
+    "nn.GroupNorm layers (exact type), nor timm GroupNorm / GroupNorm1",
+    skipped="left these layers unchanged: {names}",
+    separator="; ",
+)
 
 
 def apply_low_precision_layernorm(
@@ -200,10 +292,14 @@ def apply_low_precision_layernorm(
 ) -> ModelT:
     """Make the ``nn.LayerNorm`` layers of ``model`` run in ``dtype`` under autocast, in place.
 
-    Each exact ``nn.LayerNorm`` becomes a :class:`LowPrecisionLayerNorm` sharing its
-    Parameters (weights, optimizer state and state_dict keys kept). Subclasses with their own
-    ``forward`` (torchvision's channels-first ``LayerNorm2d`` in ConvNeXt, for instance) are
-    left alone; converting them would break their layout handling. Outside autocast the model
+    Each exact ``nn.LayerNorm``, and timm's ``LayerNorm`` (ViT, DeiT, ConvNeXt blocks), becomes
+    a :class:`LowPrecisionLayerNorm` sharing its Parameters (weights, optimizer state and
+    state_dict keys kept); the channels-first ``LayerNorm2d`` of timm and torchvision (ConvNeXt
+    stems and downsampling) becomes a :class:`LowPrecisionLayerNorm2d`. Other subclasses, whose
+    ``forward`` is not known to be a plain layer norm over ``normalized_shape`` (timm's
+    ``LayerNormFp32``, ``LayerNormExp2d``, a user's), are refused: left as they are, named in a
+    ``NoEffectWarning``; so are timm layers with its fast-norm switch on, which already
+    follow autocast's dtype. Outside autocast the model
     computes exactly what it did; under autocast each converted layer computes in ``dtype``
     and returns its input's dtype. A full-precision ``dtype`` (float32/float64) has nothing to
     do and only warns.
@@ -224,8 +320,8 @@ def apply_low_precision_layernorm(
         ``model``, changed in place.
 
     Warns:
-        surgery.NoEffectWarning: when the model has no ``nn.LayerNorm`` or ``dtype`` is not a
-            low-precision dtype.
+        surgery.NoEffectWarning: when the model has no layer norm it converts, or ``dtype`` is
+            not a low-precision dtype; naming the layer norm subclasses it left alone.
 
     Example:
         >>> model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))
@@ -233,14 +329,7 @@ def apply_low_precision_layernorm(
         >>> type(model[1]).__name__
         'LowPrecisionLayerNorm'
     """
-    return _apply(
-        model,
-        dtype,
-        optimizers,
-        nn.LayerNorm,
-        LowPrecisionLayerNorm.from_layernorm,
-        "apply_low_precision_layernorm",
-    )
+    return _apply(model, dtype, optimizers, nn.LayerNorm, _LAYER_NORMS, _LAYER_NORM_REPORT)
 
 
 def apply_low_precision_groupnorm(
@@ -248,8 +337,9 @@ def apply_low_precision_groupnorm(
 ) -> ModelT:
     """Make the ``nn.GroupNorm`` layers of ``model`` run in ``dtype`` under autocast, in place.
 
-    See :func:`apply_low_precision_layernorm`; exact ``nn.GroupNorm`` instances become
-    :class:`LowPrecisionGroupNorm`.
+    See :func:`apply_low_precision_layernorm`; exact ``nn.GroupNorm`` instances, and timm's
+    ``GroupNorm`` and ``GroupNorm1``, become :class:`LowPrecisionGroupNorm`; other subclasses
+    are refused (left as they are, named in a ``NoEffectWarning``).
 
     Example:
         >>> model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.GroupNorm(2, 8))
@@ -257,11 +347,4 @@ def apply_low_precision_groupnorm(
         >>> model[1].low_precision_dtype
         torch.float16
     """
-    return _apply(
-        model,
-        dtype,
-        optimizers,
-        nn.GroupNorm,
-        LowPrecisionGroupNorm.from_groupnorm,
-        "apply_low_precision_groupnorm",
-    )
+    return _apply(model, dtype, optimizers, nn.GroupNorm, _GROUP_NORMS, _GROUP_NORM_REPORT)

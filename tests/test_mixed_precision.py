@@ -357,7 +357,6 @@ def test_weight_standardizer_and_alibi_tensors(dtype) -> None:
     assert lam.dtype == torch.float32 and lam.isfinite().all()  # drawn in float32: cast by the op
 
 
-@pytest.mark.xfail(strict=False, reason="fixed on branch models (softmax in the model's dtype)")
 @pytest.mark.parametrize("dtype", LOW, ids=IDS)
 def test_alibi_eager_attention_runs_in_the_models_dtype(dtype) -> None:
     """HF's eager attention runs its softmax in the model's dtype: no float32 (B, H, L, L)."""

@@ -24,7 +24,8 @@ Layout of this package, one job per module:
 * :mod:`~functional.alibi.registry`: the converter registry (:func:`register_alibi`,
   :func:`unregister_alibi`, :func:`alibi_registry`) and its built-in entries.
 * :mod:`~functional.alibi.huggingface`: everything that knows HuggingFace transformers (the
-  ``"alibi_sdpa"``/``"alibi_eager"`` attention functions, the GPT-2 and BERT converters);
+  ``"alibi_sdpa"``/``"alibi_eager"`` attention functions, the GPT-2, BERT, RoBERTa,
+  XLM-RoBERTa and DistilBERT converters);
   transformers is imported lazily, only for transformers models.
 * :mod:`~functional.alibi.torch_layers`: the converters for ``nn.TransformerEncoderLayer`` and
   ``nn.MultiheadAttention``.

@@ -1,4 +1,4 @@
-"""ALiBi for HuggingFace transformers: attention functions, their registration, GPT-2/BERT converters.
+"""ALiBi for HuggingFace transformers: attention functions, their registration, the converters.
 
 Covered from transformers 5.0 (tested on 5.24). The integration uses only the extension points
 transformers documents: an attention function registered in its ``AttentionInterface``
@@ -189,7 +189,10 @@ def _alibi_eager_attention(
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
     if attention_mask is not None:
         scores = scores + attention_mask
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    # As transformers' own eager attention: softmax in the scores' dtype (the model's, or the
+    # one autocast picks for softmax), then the value's dtype (GPT-2's downcast; a no-op else).
+    # No float32 copy of the (B, H, L_q, L_k) matrix in a bf16/fp16 model.
+    weights = torch.softmax(scores, dim=-1).to(value.dtype)
     weights = nnf.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value).transpose(1, 2).contiguous()
     return output, weights
@@ -220,7 +223,8 @@ def _bias_attention_interface(
     return changed
 
 
-# Built-in converters for transformers GPT-2 and BERT (registered by functional.alibi.registry).
+# Built-in converters for transformers GPT-2, BERT, RoBERTa, XLM-RoBERTa and DistilBERT
+# (registered by functional.alibi.registry).
 
 
 def _convert_gpt2_model(model: nn.Module, context: AlibiContext) -> bool:
@@ -261,3 +265,26 @@ def _convert_bert_embeddings(embeddings: nn.Module, context: AlibiContext) -> bo
 
 def _convert_bert_self_attention(attention: nn.Module, context: AlibiContext) -> bool:
     return context.bias_attention_interface(attention, cast(int, attention.num_attention_heads))
+
+
+def _convert_roberta_embeddings(embeddings: nn.Module, context: AlibiContext) -> bool:
+    """RoBERTa and XLM-RoBERTa: positions are numbered from ``padding_idx + 1`` (padding keeps
+    ``padding_idx``), and the ``token_type_ids`` buffer is gathered at those positions, so both
+    buffers must reach ``max_sequence_length + padding_idx + 1``."""
+    changed = context.disable_position_embedding(embeddings.get_submodule("position_embeddings"))
+    padding_idx = getattr(embeddings, "padding_idx", None)
+    length = context.max_sequence_length + (0 if padding_idx is None else int(padding_idx) + 1)
+    changed |= _grow_buffer(embeddings, "position_ids", length, True)
+    changed |= _grow_buffer(embeddings, "token_type_ids", length, False)
+    return changed
+
+
+def _convert_distilbert_embeddings(embeddings: nn.Module, context: AlibiContext) -> bool:
+    changed = context.disable_position_embedding(embeddings.get_submodule("position_embeddings"))
+    # DistilBERT's Embeddings slices its (1, max_position_embeddings) position_ids buffer.
+    changed |= _grow_buffer(embeddings, "position_ids", context.max_sequence_length, True)
+    return changed
+
+
+def _convert_distilbert_attention(attention: nn.Module, context: AlibiContext) -> bool:
+    return context.bias_attention_interface(attention, cast(int, attention.n_heads))

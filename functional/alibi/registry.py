@@ -1,8 +1,8 @@
 """The ALiBi converter registry: which converter :func:`apply_alibi` calls for which class.
 
 Built-in entries: ``nn.TransformerEncoderLayer`` and ``nn.MultiheadAttention`` at import; the
-transformers classes (GPT-2, BERT) once their modeling module has been imported, so that
-importing this package never imports transformers.
+transformers classes (GPT-2, BERT, RoBERTa, XLM-RoBERTa, DistilBERT) once their modeling module
+has been imported, so that importing this package never imports transformers.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ from functional.alibi.huggingface import (
     _check_hf_attention,
     _convert_bert_embeddings,
     _convert_bert_self_attention,
+    _convert_distilbert_attention,
+    _convert_distilbert_embeddings,
     _convert_gpt2_attention,
     _convert_gpt2_model,
+    _convert_roberta_embeddings,
 )
 from functional.alibi.torch_layers import _convert_encoder_layer, _convert_multihead_attention
 
@@ -47,8 +50,8 @@ def register_alibi(
     :class:`AlibiContext`) and returns whether it changed anything; it must return ``False`` for a
     module it already converted, so the transform stays idempotent. The built-in entries are
     converters like any other (transformers ``GPT2Model``, ``GPT2Attention``,
-    ``BertEmbeddings``, ``BertSelfAttention``; ``nn.TransformerEncoderLayer``,
-    ``nn.MultiheadAttention``) and can be replaced with ``replace=True``.
+    ``BertEmbeddings``, ``BertSelfAttention``, the RoBERTa, XLM-RoBERTa and DistilBERT
+    embeddings and self-attention; ``nn.TransformerEncoderLayer``, ``nn.MultiheadAttention``) and can be replaced with ``replace=True``.
 
     Typical converters: a model (or embeddings) class calls
     ``context.disable_position_embedding(module.<table>)``; a transformers attention class that
@@ -150,8 +153,7 @@ def _lookup(
 
 def _supported_names() -> str:
     registered = _CONVERTERS.snapshot()
-    names = ["transformers GPT-2 (GPT2Model, GPT2Attention)"]
-    names.append("transformers BERT (BertEmbeddings, BertSelfAttention)")
+    names = [f"transformers {family} ({', '.join(classes)})" for family, classes in _FAMILIES]
     names += ["torch.nn.TransformerEncoderLayer", "torch.nn.MultiheadAttention"]
     builtin_classes = {nn.TransformerEncoderLayer, nn.MultiheadAttention}
     builtin_classes |= {cls for cls in registered if cls.__module__.startswith("transformers.")}
@@ -161,11 +163,54 @@ def _supported_names() -> str:
 
 _CONVERTERS.register(nn.TransformerEncoderLayer, _convert_encoder_layer)
 _CONVERTERS.register(nn.MultiheadAttention, _convert_multihead_attention)
-_GPT2 = "transformers.models.gpt2.modeling_gpt2"
-_BERT = "transformers.models.bert.modeling_bert"
-_CONVERTERS.register_lazy(_GPT2, "GPT2Model", _convert_gpt2_model)
-_CONVERTERS.register_lazy(_GPT2, "GPT2Attention", _convert_gpt2_attention)
-_CONVERTERS.register_lazy(_BERT, "BertEmbeddings", _convert_bert_embeddings)
-_CONVERTERS.register_lazy(_BERT, "BertSelfAttention", _convert_bert_self_attention)
+# (family, module of transformers, ((class, converter), ...)): learned absolute position
+# tables and attention dispatched through AttentionInterface. Models with rotary or relative
+# positions (Llama, Mistral, Qwen2, T5, ...) are refused by apply_alibi.
+_HF_BUILTINS: tuple[tuple[str, str, tuple[tuple[str, AlibiConverter], ...]], ...] = (
+    (
+        "GPT-2",
+        "gpt2",
+        (("GPT2Model", _convert_gpt2_model), ("GPT2Attention", _convert_gpt2_attention)),
+    ),
+    (
+        "BERT",
+        "bert",
+        (
+            ("BertEmbeddings", _convert_bert_embeddings),
+            ("BertSelfAttention", _convert_bert_self_attention),
+        ),
+    ),
+    (
+        "RoBERTa",
+        "roberta",
+        (
+            ("RobertaEmbeddings", _convert_roberta_embeddings),
+            ("RobertaSelfAttention", _convert_bert_self_attention),
+        ),
+    ),
+    (
+        "XLM-RoBERTa",
+        "xlm_roberta",
+        (
+            ("XLMRobertaEmbeddings", _convert_roberta_embeddings),
+            ("XLMRobertaSelfAttention", _convert_bert_self_attention),
+        ),
+    ),
+    (
+        "DistilBERT",
+        "distilbert",
+        (
+            ("Embeddings", _convert_distilbert_embeddings),
+            ("DistilBertSelfAttention", _convert_distilbert_attention),
+        ),
+    ),
+)
+_FAMILIES = tuple((family, [name for name, _c in entries]) for family, _m, entries in _HF_BUILTINS)
+for _family, _name, _entries in _HF_BUILTINS:
+    for _class_name, _converter in _entries:
+        _CONVERTERS.register_lazy(
+            f"transformers.models.{_name}.modeling_{_name}", _class_name, _converter
+        )
 _PRECHECKS.register(_convert_gpt2_attention, _check_gpt2_attention)
 _PRECHECKS.register(_convert_bert_self_attention, _check_hf_attention)
+_PRECHECKS.register(_convert_distilbert_attention, _check_hf_attention)

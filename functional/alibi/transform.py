@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 
@@ -12,6 +14,7 @@ from functional.alibi.context import AlibiContext, AlibiConverter
 from functional.alibi.modules import AlibiBias
 from functional.alibi.registry import _CONVERTERS, _PRECHECKS, _lookup, _supported_names
 from surgery import (
+    NoEffectWarning,
     OptimizerArg,
     as_optimizer_list,
     check_unwrapped,
@@ -47,11 +50,15 @@ def apply_alibi(
     (:func:`alibi_slopes`); causal models stay causal, padding masks keep working, and
     cross-attention is left alone.
 
-    Built in: HuggingFace transformers GPT-2 (``GPT2Model``, ``GPT2LMHeadModel``, ... ) and BERT
-    (``BertModel``, ``BertForMaskedLM``, ... ), transformers >= 5.0, with the ``"sdpa"`` or
-    ``"eager"`` attention implementation; ``nn.TransformerEncoderLayer`` (hence
+    Built in: HuggingFace transformers GPT-2 (``GPT2Model``, ``GPT2LMHeadModel``, ... ), BERT
+    (``BertModel``, ``BertForMaskedLM``, ... ), RoBERTa, XLM-RoBERTa and DistilBERT (every
+    head class), transformers >= 5.0, with the ``"sdpa"`` or ``"eager"`` attention
+    implementation; ``nn.TransformerEncoderLayer`` (hence
     ``nn.TransformerEncoder``) and ``nn.MultiheadAttention`` used as self-attention (called as
-    ``mha(x, x, x)``). Other architectures: :func:`register_alibi`.
+    ``mha(x, x, x)``). Other architectures: :func:`register_alibi`. Models that encode
+    positions with rotary embeddings (Llama, Mistral, Qwen2, ...) or relative biases (T5) are
+    refused, never given a second position scheme: a ``NoEffectWarning`` says why, or a
+    ``ValueError`` if a converter is registered for one of their modules.
 
     What changes:
 
@@ -60,9 +67,13 @@ def apply_alibi(
       a parameter -- it leaves ``optimizers`` together with its state.
     * transformers attention modules get a shared :class:`AlibiBias` child ``alibi_bias`` and the
       model's config switches to the registered ``"alibi_sdpa"`` / ``"alibi_eager"`` attention
-      function (it merges the bias into the model's own mask, then runs sdpa/eager). This setting
-      is not saved by ``save_pretrained``: re-apply ALiBi after loading. To switch backend later,
-      use ``model.set_attn_implementation("alibi_eager")`` rather than ``"eager"``.
+      function (it merges the bias into the model's own mask, then runs sdpa/eager). To switch
+      backend later, use ``model.set_attn_implementation("alibi_eager")`` rather than ``"eager"``.
+    * Saving: ``save_pretrained`` stores the weights and the plain config, not ALiBi, so
+      ``from_pretrained`` silently gives the plain model, which adds the saved (untrained)
+      position table again. Call ``apply_alibi(model, max_sequence_length)`` right after
+      ``from_pretrained``, as after building the model: the outputs are then those of the saved
+      model. ``torch.save(model.state_dict())`` checkpoints load into a transformed model.
     * ``nn.MultiheadAttention`` becomes :class:`AlibiMultiheadAttention` and
       ``nn.TransformerEncoderLayer`` a layer without the fused fast path (same object, same
       parameters); ``nn.TransformerEncoder`` stops converting inputs to nested tensors.
@@ -82,7 +93,8 @@ def apply_alibi(
     eager cache, so a compiled training step builds one graph and does not recompile; a new
     sequence length is a new shape (one more graph, or a dynamic-shape one). Under autocast the
     bias is built in the dtype of the queries (the autocast dtype) and merged into the model's
-    own mask in that dtype; the attention runs as the model's ``"sdpa"``/``"eager"`` would.
+    own mask in that dtype; the attention runs as the model's ``"sdpa"``/``"eager"`` would (the
+    eager softmax in the scores' dtype: no float32 copy of the attention matrix in a bf16 model).
 
     Porting from Composer's ``apply_alibi`` (the seed's parameters):
 
@@ -127,12 +139,14 @@ def apply_alibi(
     Raises:
         TypeError: a bad argument, or a wrapped model.
         ValueError: a transformers model using an attention implementation other than
-            ``"sdpa"``/``"eager"``.
+            ``"sdpa"``/``"eager"``; a model with rotary or relative positions where a converter
+            matched one of its modules.
         RuntimeError: a transformers release older than 5.0.
 
     Warns:
         NoEffectWarning: nothing in the model is supported (the message lists what is and how to
-            register more), the model already uses ALiBi, or some modules were left unconverted.
+            register more), the model has rotary or relative positions, the model already uses
+            ALiBi, or some modules were left unconverted.
 
     Example:
         >>> from transformers import GPT2Config, GPT2LMHeadModel
@@ -149,6 +163,8 @@ def apply_alibi(
     opts = as_optimizer_list(optimizers)
 
     matches = _converters_for(model)  # validates everything before changing anything
+    if _refuse_other_position_scheme(model, matches):
+        return model
     context = AlibiContext(model, max_sequence_length)
     changed = context._limits_changed
     params_before = list(model.parameters()) if opts else []
@@ -190,3 +206,39 @@ def _converters_for(model: nn.Module) -> list[tuple[nn.Module, AlibiConverter]]:
         if precheck is not None:
             precheck(module)
     return matches
+
+
+def _other_position_scheme(model: nn.Module) -> str | None:
+    """How ``model`` encodes positions when it is not with a learned absolute table: rotary
+    embeddings (transformers' ``*RotaryEmbedding`` modules: Llama, Mistral, Qwen2, ...) or
+    relative attention biases (T5's ``relative_attention_bias``); ``None`` otherwise."""
+    for module in model.modules():
+        name = type(module).__name__
+        if name.endswith("RotaryEmbedding"):
+            return f"rotary position embeddings ({name})"
+        if isinstance(getattr(module, "relative_attention_bias", None), nn.Embedding):
+            return f"relative position biases ({name}.relative_attention_bias)"
+    return None
+
+
+def _refuse_other_position_scheme(
+    model: nn.Module, matches: list[tuple[nn.Module, AlibiConverter]]
+) -> bool:
+    """Refuse a model that encodes positions with rotary embeddings or relative biases: ALiBi on
+    top would give it two position schemes. Warns (and returns ``True``) when nothing in it has
+    a converter; raises ``ValueError`` when something has one (a user's registration)."""
+    scheme = _other_position_scheme(model)
+    if scheme is None:
+        return False
+    reason = (
+        f"{type(model).__name__} encodes positions with {scheme}; ALiBi replaces learned "
+        "absolute position tables, and adding it here would give the model two position schemes"
+    )
+    if matches:
+        names = sorted({type(module).__qualname__ for module, _c in matches})
+        raise ValueError(
+            f"apply_alibi refuses {reason} (converters are registered for {', '.join(names)}); "
+            "ALiBi needs a model without rotary or relative positions"
+        )
+    warnings.warn(f"apply_alibi changed nothing: {reason}", NoEffectWarning, stacklevel=3)
+    return True

@@ -35,10 +35,15 @@ from torch import nn
 import functional as F
 from functional.factorization import FactorizedConv2d, FactorizedLinear
 from functional.gated_linear_units import GatedLinear
-from functional.ghost_batchnorm import GhostBatchNorm2d
-from functional.low_precision_norm import LowPrecisionGroupNorm, LowPrecisionLayerNorm
+from functional.ghost_batchnorm import GhostBatchNorm2d, GhostBatchNormAct2d
+from functional.low_precision_norm import (
+    LowPrecisionGroupNorm,
+    LowPrecisionLayerNorm,
+    LowPrecisionLayerNorm2d,
+)
 from functional.squeeze_excite import SqueezeExcite2d, SqueezeExciteConv2d
 from tests.devicecheck import compile_counter, no_host_reads
+from tests.functional._hf_models import hf_model
 
 transformers = pytest.importorskip("transformers")
 
@@ -113,6 +118,15 @@ def encoder_alibi_glu() -> nn.Module:
     return F.apply_gated_linear_units(model, act_fn="silu")
 
 
+def timm_model(name: str, **kwargs) -> nn.Module:
+    timm = pytest.importorskip("timm")
+    return timm.create_model(name, num_classes=10, **kwargs)
+
+
+def alibi_and_glu(model: nn.Module) -> nn.Module:
+    return F.apply_gated_linear_units(F.apply_alibi(model, max_sequence_length=64))
+
+
 @dataclass(frozen=True)
 class Case:
     """A transformed model, its kind of data, and whether it is meant to run under autocast."""
@@ -144,6 +158,17 @@ CASES: dict[str, Case] = {
     "alibi_bert": Case(lambda: F.apply_alibi(bert(), max_sequence_length=64), tokens=True),
     "gated_linear_units": Case(lambda: F.apply_gated_linear_units(bert()), tokens=True),
     "alibi_and_glu_transformer_encoder": Case(encoder_alibi_glu, tokens=True),
+    "ghost_batchnorm_act_timm": Case(
+        lambda: F.apply_ghost_batchnorm(timm_model("mobilenetv3_small_050"), ghost_batch_size=2)
+    ),
+    "low_precision_layernorm_timm": Case(
+        lambda: F.apply_low_precision_layernorm(
+            timm_model("convnext_atto", depths=(1, 1, 1, 1), conv_mlp=False), torch.bfloat16
+        ),
+        autocast=True,
+    ),
+    "alibi_and_glu_roberta": Case(lambda: alibi_and_glu(hf_model("roberta")), tokens=True),
+    "alibi_and_glu_distilbert": Case(lambda: alibi_and_glu(hf_model("distilbert")), tokens=True),
 }
 
 
@@ -359,6 +384,16 @@ DTYPE_RULES: dict[str, tuple[Callable[[], nn.Module], Callable[[], torch.Tensor]
         lambda: LowPrecisionLayerNorm.from_layernorm(nn.LayerNorm(8), torch.bfloat16),
         lambda: torch.randn(2, 8),
         torch.float32,
+    ),
+    "LowPrecisionLayerNorm2d": (
+        lambda: LowPrecisionLayerNorm2d.from_layernorm(nn.LayerNorm(8), torch.bfloat16),
+        lambda: torch.randn(2, 8, 3, 3),
+        torch.float32,
+    ),
+    "GhostBatchNormAct2d": (
+        lambda: GhostBatchNormAct2d(8, ghost_batch_size=2, act=nn.ReLU()),
+        lambda: torch.randn(4, 8, 3, 3, dtype=torch.bfloat16),
+        torch.bfloat16,
     ),
     "LowPrecisionGroupNorm": (
         lambda: LowPrecisionGroupNorm.from_groupnorm(nn.GroupNorm(2, 8), torch.bfloat16),

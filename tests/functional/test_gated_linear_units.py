@@ -315,7 +315,7 @@ def test_skipped_subclass_reported_and_the_rest_converted():
     messages = [str(w.message) for w in record]
     assert messages == [
         f"apply_gated_linear_units left these layers unchanged: {OwnLayer.__qualname__} "
-        "(subclasses of nn.TransformerEncoderLayer with their own behaviour)"
+        "(a subclass of nn.TransformerEncoderLayer with its own behaviour)"
     ]
     assert record[0].filename == __file__  # the warning points at the caller
     assert type(model[0].linear1) is nn.Linear and isinstance(model[1].linear1, GatedLinear)

@@ -83,17 +83,27 @@ def test_apply_on_vit():
     )
 
 
-def test_convnext_channels_first_layernorm_is_left_alone():
+def test_convnext_channels_first_layernorm_is_converted_keeping_its_layout():
     model = torchvision.models.convnext_tiny()
     x = torch.randn(1, 3, 32, 32)
     model.eval()
     with torch.no_grad():
         reference = model(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            reference_autocast = model(x)
+    n_2d = sum(type(m).__name__ == "LayerNorm2d" for m in model.modules())
+    keys = list(model.state_dict())
     apply_low_precision_layernorm(model, torch.bfloat16)
-    kinds = {type(m).__name__ for m in model.modules() if isinstance(m, nn.LayerNorm)}
-    assert kinds == {"LayerNorm2d", "LowPrecisionLayerNorm"}
+    kinds = [type(m).__name__ for m in model.modules() if isinstance(m, nn.LayerNorm)]
+    assert set(kinds) == {"LowPrecisionLayerNorm2d", "LowPrecisionLayerNorm"}
+    assert kinds.count("LowPrecisionLayerNorm2d") == n_2d > 0
+    assert list(model.state_dict()) == keys
     with torch.no_grad():
-        assert torch.equal(model(x), reference)
+        assert torch.equal(model(x), reference)  # outside autocast: the very same computation
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(x)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), reference_autocast.float(), rtol=0.1, atol=0.1)
 
 
 def test_apply_groupnorm_and_dtype_rules():
