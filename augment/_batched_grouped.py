@@ -28,6 +28,7 @@ from augment._batched_stages import (
     KINDS,
     _affine,
     _blend16,
+    _counts,
     _grey,
     _smooth,
     _table_index,
@@ -62,7 +63,9 @@ def _places(kinds: tuple[str, ...]) -> Tensor:
 
 class _Slice:
     """One group's samples in a layer: their grey levels ``u`` (a slice of the sorted batch),
-    plan entries, levels and signs, and which rows of ``u`` chose which operation."""
+    plan entries, levels and signs, and which rows of ``u`` chose which operation.
+    ``host_free``: the stages read nothing on the host (the device path of
+    :mod:`augment._batched_slots`: no ``bincount``, the row shifts as warps)."""
 
     def __init__(
         self,
@@ -71,8 +74,10 @@ class _Slice:
         level: Tensor,
         sign: Tensor,
         parts: dict[str, slice],
+        host_free: bool = False,
     ) -> None:
         self.u, self.plan, self.level, self.sign, self.parts = u, plan, level, sign, parts
+        self.host_free = host_free
 
 
 def _posterize(u: Tensor, level: Tensor) -> None:
@@ -80,13 +85,15 @@ def _posterize(u: Tensor, level: Tensor) -> None:
     u &= (256 - _posterize_step(level)).to(torch.uint8).view(-1, 1, 1, 1)
 
 
-def _solarize(u: Tensor, level: Tensor) -> None:
+def _solarize(u: Tensor, level: Tensor, host_free: bool = False) -> None:
     """255 - v = v XOR 255 where v >= the threshold (256: nowhere)."""
     t = _solarize_threshold(level)
-    # against a full-size threshold: torch's CPU comparison with a broadcast (or scalar)
-    # operand is over 10x slower than with a tensor of the same shape
-    full = t.clamp(max=255.0).to(torch.uint8).view(-1, 1, 1, 1).expand_as(u).contiguous()
-    flip = torch.ge(u, full).view(torch.uint8)
+    threshold = t.clamp(max=255.0).to(torch.uint8).view(-1, 1, 1, 1)
+    if not host_free:
+        # against a full-size threshold: torch's CPU comparison with a broadcast (or scalar)
+        # operand is over 10x slower than with a tensor of the same shape
+        threshold = threshold.expand_as(u).contiguous()
+    flip = torch.ge(u, threshold).view(torch.uint8)
     u ^= flip.mul_(torch.where(t < 256.0, 255, 0).to(torch.uint8).view(-1, 1, 1, 1))
 
 
@@ -111,10 +118,13 @@ def _autocontrast(u: Tensor) -> None:
     u.copy_(q.to(torch.int16))
 
 
-def _equalize(u: Tensor) -> None:
+def _equalize(u: Tensor, host_free: bool = False) -> None:
     n, c = u.shape[:2]
     idx = _table_index(u)  # read before u is overwritten
-    hist = torch.bincount(idx, minlength=n * c * 256).view(n, c, 256).to(torch.int32)
+    if host_free:  # bincount's output size depends on the values
+        hist = _counts(idx, n * c * 256).view(n, c, 256)
+    else:
+        hist = torch.bincount(idx, minlength=n * c * 256).view(n, c, 256).to(torch.int32)
     tables = to_uint8(equalize_tables(u, hist))
     torch.index_select(tables.view(-1), 0, idx, out=u.view(-1))
 
@@ -128,7 +138,7 @@ def _table_stage(g: _Slice) -> None:
         if kind == "posterize":
             _posterize(u, g.level[s])
         elif kind == "solarize":
-            _solarize(u, g.level[s])
+            _solarize(u, g.level[s], g.host_free)
         elif kind.startswith("brightness"):
             _scaled(u, g.level[s], None if kind.endswith("_original") else g.sign[s])
         elif kind.startswith("contrast"):
@@ -136,7 +146,7 @@ def _table_stage(g: _Slice) -> None:
         elif kind == "autocontrast":
             _autocontrast(u)
         else:
-            _equalize(u)
+            _equalize(u, g.host_free)
 
 
 def _color_stage(g: _Slice) -> None:
@@ -193,6 +203,9 @@ def _geometric_stage(g: _Slice) -> None:
     """rotate and shear_y by the warp (:func:`_affine`), the shifts of whole rows or planes
     (shear_x, translate_x, translate_y) as window copies: the same pixels."""
     a = g.plan["affine"]
+    if g.host_free:  # every geometric operation as the warp (the shifts read on the host)
+        _warp(g.u, a)
+        return
     for kinds, apply in _GEOMETRIC_PARTS:
         present = [g.parts[kind] for kind in kinds if kind in g.parts]
         if present:
