@@ -214,7 +214,7 @@ def _geometric_stage(g: _Slice) -> None:
 
 
 def _warp(u: Tensor, a: Tensor) -> None:
-    u.copy_(_affine(u, a))  # _affine reads a framed copy of u
+    _affine(u, a, out=u)  # _affine reads a framed copy of u
 
 
 _GEOMETRIC_PARTS: tuple[tuple[tuple[str, ...], Callable[[Tensor, Tensor], None]], ...] = (

@@ -215,9 +215,10 @@ def _sharpness(v: Tensor, f: Tensor) -> Tensor:
     return out
 
 
-def _affine(v: Tensor, a: Tensor) -> Tensor:
+def _affine(v: Tensor, a: Tensor, out: Tensor | None = None) -> Tensor:
     """Nearest-neighbour inverse affine warp with black fill, in Pillow's 16.16 fixed point
-    (``a``: (N, 6) int32 coefficients; ``v``: any dtype, gathered as it is)."""
+    (``a``: (N, 6) int32 coefficients; ``v``: any dtype, gathered as it is; ``out``: a
+    contiguous tensor like ``v`` to write the result into, ``v`` itself allowed)."""
     n, c, h, w = v.shape
     dev = v.device
     a = a.view(n, 6, 1, 1)
@@ -231,7 +232,10 @@ def _affine(v: Tensor, a: Tensor) -> Tensor:
     src = torch.empty(n, 1, h * w, device=dev, dtype=torch.int64)
     torch.add(xin.clamp_(0, w + 1), yin.clamp_(0, h + 1), alpha=w + 2, out=src.view(n, h, w))
     framed = torch.nn.functional.pad(v, (1, 1, 1, 1)).view(n, c, (h + 2) * (w + 2))
-    return framed.gather(2, src.expand(n, c, h * w)).view(n, c, h, w)
+    if out is None:
+        return framed.gather(2, src.expand(n, c, h * w)).view(n, c, h, w)
+    torch.gather(framed, 2, src.expand(n, c, h * w), out=out.view(n, c, h * w))
+    return out
 
 
 def apply_plan(v: Tensor, plan: dict[str, Tensor], kinds: Sequence[str]) -> Tensor:
