@@ -116,12 +116,8 @@ def augmix_draws(
     and depths are drawn balanced across the batch (:mod:`augment._batched_slots`).
     """
     weights, m, slots = _augmix_slots(n, n_ops, severity, depth, width, alpha, generator, device)
-    return (weights, m, *_per_sample(row_draws(slots), width, n))
-
-
-def _per_sample(draws: tuple[Tensor, ...], width: int, n: int) -> tuple[Tensor, ...]:
-    """(layers, width n) per-row draws as (n, width, layers)."""
-    return tuple(t.view(-1, width, n).permute(2, 1, 0) for t in draws)
+    ops, levels, signs = (t.view(-1, width, n).permute(2, 1, 0) for t in row_draws(slots))
+    return weights, m, ops, levels, signs
 
 
 def randaugment_draws(
@@ -196,7 +192,11 @@ def _augmix_slotted(
 
 def _like(out: Tensor, x: Tensor) -> Tensor:
     """``out`` (contiguous) in ``x``'s memory format: channels_last stays channels_last."""
-    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+    if (
+        x.dim() == 4
+        and not x.is_contiguous()
+        and x.is_contiguous(memory_format=torch.channels_last)
+    ):
         return out.contiguous(memory_format=torch.channels_last)
     return out
 

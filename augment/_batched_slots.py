@@ -55,9 +55,7 @@ def block_order(kinds: tuple[str, ...]) -> tuple[int, ...]:
 
 def _perms(layers: int, size: int, g: torch.Generator | None, dev: torch.device) -> Tensor:
     """``layers`` independent random permutations of ``range(size)``, (layers, size) int64."""
-    return torch.stack(
-        [torch.randperm(size, generator=g, device=dev) for _ in range(layers)]
-    )
+    return torch.stack([torch.randperm(size, generator=g, device=dev) for _ in range(layers)])
 
 
 def draw_slots(
@@ -117,9 +115,7 @@ def _rows_of_slots(slot: Tensor, m: int, spare: int) -> Tensor:
 
 
 @functools.lru_cache(maxsize=64)
-def _stage_parts(
-    kinds: tuple[str, ...], c: int
-) -> tuple[tuple[str, slice, dict[str, slice]], ...]:
+def _stage_parts(kinds: tuple[str, ...], c: int) -> tuple[tuple[str, slice, dict[str, slice]], ...]:
     """Per stage present: its name, its slots' range and each of its operations' range in it."""
     names = [kinds[j] for j in block_order(kinds)]
     out = []

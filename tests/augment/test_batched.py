@@ -348,6 +348,43 @@ def test_bad_batches() -> None:
         B.rotate(torch.zeros(2, 3, 8, 8, dtype=torch.uint8), torch.ones(3), 1.0)
 
 
+@pytest.mark.parametrize("fn", [augment.batch_augment_and_mix, augment.batch_randaugment])
+def test_a_float_batch_outside_0_1_is_an_error_with_the_fix(fn) -> None:
+    """A batch of 0..255 floats or a normalized batch was silently clamped to [0, 1]."""
+    x = torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"divide .* by 255.*got values in \[0\.\d+, 2\d\d"):
+        fn(x * 255)
+    normalized = (x - 0.45) / 0.22
+    with pytest.raises(ValueError, match=r"augment before normalizing .* \* std \+ mean"):
+        fn(normalized)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        B.solarize(x * 255, 5.0)
+    assert fn(x).shape == x.shape and fn(x.double()).dtype == torch.float64
+
+
+def test_an_nhwc_batch_is_told_to_permute() -> None:
+    x = torch.zeros(2, 8, 8, 3, dtype=torch.uint8)
+    with pytest.raises(
+        ValueError, match=r"looks like \(N, H, W, C\): pass x\.permute\(0, 3, 1, 2\)"
+    ):
+        augment.BatchAugMix()(x)
+    assert augment.BatchAugMix()(x.permute(0, 3, 1, 2)).shape == (2, 3, 8, 8)
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_a_channels_last_batch_comes_back_channels_last(monkeypatch, grouped, dtype) -> None:
+    monkeypatch.setattr(BP, "GROUPED", grouped)
+    x = _batch(np.random.default_rng(3), 5, 3, 9, 11)
+    x = x if dtype == torch.uint8 else x.to(dtype) / 255
+    cl = x.contiguous(memory_format=torch.channels_last)
+    for fn in (augment.batch_augment_and_mix, augment.batch_randaugment):
+        out = fn(cl, generator=torch.Generator().manual_seed(1))
+        assert out.is_contiguous(memory_format=torch.channels_last), fn.__name__
+        assert torch.equal(out, fn(x, generator=torch.Generator().manual_seed(1)))
+    assert augment.batch_randaugment(cl, depth=0).is_contiguous(memory_format=torch.channels_last)
+
+
 @pytest.mark.cuda
 def test_cuda_without_synchronisation() -> None:
     x = torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8).cuda()
