@@ -30,6 +30,7 @@ MODULES = {
     "optim": "benchmarks.optim",
     "alibi": "benchmarks.alibi_extrapolation",
     "compile": "benchmarks.compile",
+    "device": "benchmarks.device",
 }
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
