@@ -20,7 +20,7 @@ from benchmarks._counter import DEVICE, count
 PINNED: dict[str, tuple[int, int]] = {
     # ---- batch ops
     "mixup_batch": (12, 0),
-    "cutmix_batch": (22, 0),
+    "cutmix_batch": (23, 0),
     "cutout": (14, 0),
     "cutout per_sample": (15, 0),
     "colout_batch": (1, 0),
