@@ -21,7 +21,6 @@ the same draws as per-row operation indices, so both paths give the same values.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -46,7 +45,6 @@ class Slots(NamedTuple):
     sign: Tensor
 
 
-@functools.lru_cache(maxsize=64)
 def block_order(kinds: tuple[str, ...]) -> tuple[int, ...]:
     """The index in ``kinds`` of the operation of every block of ``c`` slots: the blocks in
     the order of the stages (the operations a stage applies adjacent, a repeated kind too)."""
@@ -114,7 +112,6 @@ def _rows_of_slots(slot: Tensor, m: int, spare: int) -> Tensor:
     return out.scatter_(1, slot, src)[:, :m]  # rows past their depth land on column m
 
 
-@functools.lru_cache(maxsize=64)
 def _stage_parts(kinds: tuple[str, ...], c: int) -> tuple[tuple[str, slice, dict[str, slice]], ...]:
     """Per stage present: its name, its slots' range and each of its operations' range in it."""
     names = [kinds[j] for j in block_order(kinds)]
