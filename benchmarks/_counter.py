@@ -280,22 +280,8 @@ class CountingMode(TorchDispatchMode):
         return out
 
     def _sync(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], dev: bool) -> bool:
-        c = self.counts
         if name in ("_to_copy", "copy_"):
-            src = args[1] if name == "copy_" else args[0]
-            to_host = (
-                torch.device(kwargs["device"]).type == "cpu"
-                if name == "_to_copy" and kwargs.get("device") is not None
-                else name == "copy_" and not _on_device(args[0])
-            )
-            if _on_device(src) and to_host:
-                blocking = not (
-                    kwargs.get("non_blocking") or (name == "copy_" and len(args) > 2 and args[2])
-                )
-                c.syncs += int(blocking)
-                c.async_copies += int(not blocking)
-                return True
-            return False
+            return self._copy(name, args, kwargs)
         if not dev:
             return False
         masked = name in ("index", "index_put_", "_index_put_impl_", "index_put") and any(
@@ -309,9 +295,37 @@ class CountingMode(TorchDispatchMode):
             and any(_on_device(a) and not a.is_floating_point() for a in args[:2])
         )
         if name in _SYNC_OPS or masked or unsized:
-            c.syncs += 1
-            c.by_op[f"sync:{name}"] += 1
+            self.counts.syncs += 1
+            self.counts.by_op[f"sync:{name}"] += 1
             return True
+        return False
+
+    def _copy(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Count a copy between the host and the device: a blocking one to the host is a sync
+        (answered with a placeholder: returns True), a blocking one of more than a scalar from
+        the host waits for the stream too (a sync; the copy itself runs)."""
+        c = self.counts
+        src, dst_on_device = (
+            (args[1], _on_device(args[0]))
+            if name == "copy_"
+            else (
+                args[0],
+                _on_device(args[0])
+                if kwargs.get("device") is None
+                else torch.device(kwargs["device"]) == DEVICE,
+            )
+        )
+        blocking = not (
+            kwargs.get("non_blocking") or (name == "copy_" and len(args) > 2 and args[2])
+        )
+        if _on_device(src) and not dst_on_device:
+            c.syncs += int(blocking)
+            c.async_copies += int(not blocking)
+            c.by_op[f"sync:{name} to host"] += int(blocking)
+            return True
+        if not _on_device(src) and dst_on_device and blocking and src.dim() > 0:
+            c.syncs += 1
+            c.by_op[f"sync:{name} from host"] += 1
         return False
 
     def _record(

@@ -96,6 +96,10 @@ def test_the_counter_sees_per_tensor_loops_syncs_and_views() -> None:
     syncs = count(lambda mode: (x.sum().item(), x.nonzero(), x[x > 0], x.cpu()))
     assert syncs.syncs == 4
     assert count(lambda mode: x.to("cpu", non_blocking=True)).async_copies == 1
+    # a blocking copy of a host tensor to the device waits for the stream; a scalar does not
+    assert count(lambda mode: torch.ones(3).to(DEVICE)).syncs == 1
+    assert count(lambda mode: torch.ones(3).to(DEVICE, non_blocking=True)).syncs == 0
+    assert count(lambda mode: torch.tensor(2.0).to(DEVICE)).syncs == 0
     # CPU tensors are the host's: not counted
     host = count(lambda mode: torch.ones(3).add(1).sum().item())
     assert (host.launches, host.syncs) == (0, 0)
