@@ -97,10 +97,14 @@ def _solarize(u: Tensor, level: Tensor, host_free: bool = False) -> None:
     u ^= flip.mul_(torch.where(t < 256.0, 255, 0).to(torch.uint8).view(-1, 1, 1, 1))
 
 
-def _scaled(u: Tensor, level: Tensor, sign: Tensor | None) -> None:
+def _scaled(u: Tensor, level: Tensor, sign: Tensor | None, host_free: bool = False) -> None:
     """brightness: a blend with black, ``f v`` (``v - 0`` and ``+ 0`` change no float32)."""
     f = _factor(level, sign).float().view(-1, 1, 1, 1)
-    u.copy_(u.to(torch.float32).mul_(f).clamp_(0.0, 255.0).to(torch.int16))
+    if host_free:  # one float32 temporary, converted back as it is copied: on a GPU two
+        # passes fewer (on CPU, torch converts mixed dtypes value by value: slower there)
+        u.copy_(torch.mul(u, f).clamp_(0.0, 255.0))
+    else:
+        u.copy_(u.to(torch.float32).mul_(f).clamp_(0.0, 255.0).to(torch.int16))
 
 
 def _contrast(u: Tensor, f: Tensor) -> None:
@@ -109,11 +113,14 @@ def _contrast(u: Tensor, f: Tensor) -> None:
     u.copy_(_blend16(grey_mean(_grey(v)), v, f.view(-1, 1, 1, 1)))
 
 
-def _autocontrast(u: Tensor) -> None:
+def _autocontrast(u: Tensor, host_free: bool = False) -> None:
     """:func:`autocontrast_tables`'s formula on the levels themselves: between the lowest and
     the highest level present, the quotient lies in [1/2, 255 + 1/2], so no clamp is needed
     and the conversion's truncation is the floor."""
     lo, span = autocontrast_range(u)
+    if host_free:  # uint8 read into float32 by the subtraction, converted back by the copy
+        u.copy_(torch.sub(u, lo).mul_(510.0).add_(span).div_(span * 2.0))
+        return
     q = u.to(torch.float32).sub_(lo).mul_(510.0).add_(span).div_(span * 2.0)
     u.copy_(q.to(torch.int16))
 
@@ -140,11 +147,11 @@ def _table_stage(g: _Slice) -> None:
         elif kind == "solarize":
             _solarize(u, g.level[s], g.host_free)
         elif kind.startswith("brightness"):
-            _scaled(u, g.level[s], None if kind.endswith("_original") else g.sign[s])
+            _scaled(u, g.level[s], None if kind.endswith("_original") else g.sign[s], g.host_free)
         elif kind.startswith("contrast"):
             _contrast(u, g.plan["contrast"][s])
         elif kind == "autocontrast":
-            _autocontrast(u)
+            _autocontrast(u, g.host_free)
         else:
             _equalize(u, g.host_free)
 

@@ -35,8 +35,8 @@ PINNED: dict[str, tuple[int, int]] = {
     "SqueezeExcite conv forward": (7, 0),
     "weight-standardized conv forward": (6, 0),
     # ---- batched augmentations (device path: each operation on its own slots)
-    "BatchAugMix": (568, 0),
-    "BatchRandAugment": (383, 0),
+    "BatchAugMix": (556, 0),
+    "BatchRandAugment": (375, 0),
     # ---- training-state helpers on ResNet-50, at the counts of main before the `trainstate`
     # and `ema` branches; the lead updates these lines after merging them. Issue 25's targets:
     # SAMOptimizer.step <= 30 launches, adaptive clipping <= 60, compute_ema with a 0-d
