@@ -1,12 +1,14 @@
 """The two ways of running the batched chains (:mod:`augment.batched`) and their draws.
 
-* All families on every sample (:func:`augment.batched_ops.apply_plan`, float32 levels): for
-  accelerators and ``torch.compile`` (no host reads, fixed shapes).
+* Slots (:func:`augment._batched_slots.run_slots`, uint8 levels): for accelerators and
+  ``torch.compile``; each operation runs on the rows of its slots, group sizes known on the
+  host (no host reads, fixed shapes).
 * Grouped (:func:`augment.batched_ops.apply_grouped`, uint8 levels): eager CPU, where the op
   indices are host values; each operation runs on the samples that chose it.
 
-The draws are made once for the whole batch, before either path runs, so both give the same
-values (tested), whatever the groups of samples.
+The draws (balanced across the batch: :mod:`augment._batched_slots`) are made once for the
+whole batch, before either path runs, so both give the same values (tested), whatever the
+groups of samples.
 """
 
 from __future__ import annotations

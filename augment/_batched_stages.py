@@ -4,10 +4,13 @@ and the formulas both ways of running a layer of chains share (the tables of the
 operations, the blends, the warp).
 
 * :func:`apply_plan`, every family on every sample (the identity for those that chose another
-  family): fixed shapes, no value read on the host; for accelerators and ``torch.compile``.
+  family): fixed shapes, no value read on the host; the deterministic kernels of
+  :mod:`augment.batched_ops`.
 * :func:`augment._batched_grouped.apply_grouped`, each operation on the samples that chose it
   only (one operation's work per sample, as the PIL path), on uint8: for eager CPU, where
-  grouping reads the (host) op indices. Both give the same values for the same draws.
+  grouping reads the (host) op indices; its stages, in their host-free forms, also run the
+  slots of :mod:`augment._batched_slots` (accelerators, ``torch.compile``). All give the same
+  values for the same draws.
 """
 
 from __future__ import annotations

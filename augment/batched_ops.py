@@ -25,13 +25,15 @@ How the result relates to the PIL primitive (same level scaling, see :mod:`augme
   3x3 ``SMOOTH`` blur is rounded half up and the one-pixel border is left as it is, as in
   Pillow; images under 3 pixels a side are returned unchanged.
 
-A layer of per-sample operations runs in one of two ways with equal values:
+A layer of per-sample operations runs in one of three ways with equal values:
 :func:`apply_plan` (every family of operations on every sample, float32 levels, fixed shapes,
-no host reads: for accelerators and ``torch.compile``) or :func:`apply_grouped` (each operation
-on the samples that chose it, uint8 levels, sorting by host reads of the CPU op indices: eager
-CPU). The planning of the per-sample parameters lives in :mod:`augment._batched_plan`, the
-stages and their shared formulas in :mod:`augment._batched_stages`, the sorted path in
-:mod:`augment._batched_grouped`.
+no host reads: the deterministic kernels here and custom pipelines), :func:`apply_grouped`
+(each operation on the samples that chose it, uint8 levels, sorting by host reads of the CPU
+op indices: the transforms on eager CPU) and the slot path of :mod:`augment._batched_slots`
+(each operation on the rows of its slots, sizes known on the host: the transforms on
+accelerators and under ``torch.compile``). The planning of the per-sample parameters lives in
+:mod:`augment._batched_plan`, the stages and their shared formulas in
+:mod:`augment._batched_stages`, the sorted path in :mod:`augment._batched_grouped`.
 
 Float input is processed at 8-bit precision: ``x * 255`` is rounded to the nearest integer
 first, as the PIL pipeline sees the image, and each op's output is an integer grey level
