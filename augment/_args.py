@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 import numbers
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
+import torch
 
 __all__ = [
     "AUGMIX_MIN_SEVERITY",
@@ -22,6 +23,7 @@ __all__ = [
     "check_one_of",
     "check_rng",
     "check_severity",
+    "check_values",
 ]
 
 # The lowest severity of each transform, as the seeds state: AugMix 0, RandAugment 1.
@@ -87,3 +89,18 @@ def check_depth(depth: object, *, allow_random: bool) -> int:
             f"depth must be -1 (a random depth in [1, 3] per chain) or an int >= 1, got {depth}"
         )
     return d
+
+
+def check_values(ok: torch.Tensor, rule: str, got: Callable[[], str]) -> None:
+    """Require the 0-d bool tensor ``ok`` (a check of a tensor's contents) to hold, without
+    making the host wait for a device: on CPU tensors checked at once (``ValueError(f"{rule},
+    got {got()}")``); on accelerators queued as a device-side assert (``torch._assert_async``,
+    raised at the next synchronisation); skipped under ``torch.compile``. ``augment``'s own
+    copy of ``functional``'s rule, which it may not import."""
+    if torch.compiler.is_compiling():
+        return
+    if ok.device.type == "cpu":
+        if not bool(ok):
+            raise ValueError(f"{rule}, got {got()}")
+    else:
+        torch._assert_async(ok, rule)

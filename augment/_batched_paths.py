@@ -1,12 +1,14 @@
 """The two ways of running the batched chains (:mod:`augment.batched`) and their draws.
 
-* All families on every sample (:func:`augment.batched_ops.apply_plan`, float32 levels): for
-  accelerators and ``torch.compile`` (no host reads, fixed shapes).
+* Slots (:func:`augment._batched_slots.run_slots`, uint8 levels): for accelerators and
+  ``torch.compile``; each operation runs on the rows of its slots, group sizes known on the
+  host (no host reads, fixed shapes).
 * Grouped (:func:`augment.batched_ops.apply_grouped`, uint8 levels): eager CPU, where the op
   indices are host values; each operation runs on the samples that chose it.
 
-The draws are made once for the whole batch, before either path runs, so both give the same
-values (tested), whatever the groups of samples.
+The draws (balanced across the batch: :mod:`augment._batched_slots`) are made once for the
+whole batch, before either path runs, so both give the same values (tested), whatever the
+groups of samples.
 """
 
 from __future__ import annotations
@@ -19,16 +21,10 @@ import torch
 from torch import Tensor
 
 from augment._batched_grouped import NOT_LUT, Workspace, apply_layers
-from augment.batched_ops import (
-    apply_plan,
-    from_levels,
-    from_levels8,
-    plan_ops,
-    to_levels,
-    to_levels8,
-)
+from augment._batched_plan import plan_ops
+from augment._batched_slots import Slots, draw_slots, row_draws, run_slots
+from augment.batched_ops import from_levels8, to_levels8
 
-CPU_CHUNK = 2**18  # values per group of samples, all-families path on CPU (1 MiB of float32)
 GROUPED_CHUNK = 2**23  # values per group on the grouped path, AugMix's chains counted
 MIX_CHUNK = 2**17  # values per slice of samples mixed at a time (float32 in the L2 cache)
 GROUPED = True  # eager CPU batches run each family on the samples that chose it (see _grouped)
@@ -40,18 +36,13 @@ def _grouped(x: Tensor) -> bool:
     return GROUPED and x.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
-def _layer(plan: dict[str, Tensor], *index: int | slice) -> dict[str, Tensor]:
-    return {key: t[index] for key, t in plan.items()}
-
-
-def _chunks(v: Tensor, chunk: int | None = None) -> list[slice]:
-    """Slices of the batch processed together: on CPU, groups of samples that stay in the
-    cache through a whole chain (about ``chunk`` values, default :data:`CPU_CHUNK`);
-    elsewhere, and under ``torch.compile``, the whole batch."""
+def _chunks(v: Tensor, chunk: int) -> list[slice]:
+    """Slices of the batch processed together: on eager CPU, groups of samples that stay in
+    the cache (about ``chunk`` values); elsewhere the whole batch."""
     n = v.shape[0]
     if v.device.type != "cpu" or torch.compiler.is_compiling():
         return [slice(0, n)]
-    size = max(1, (CPU_CHUNK if chunk is None else chunk) // max(1, v[0].numel()))
+    size = max(1, chunk // max(1, v[0].numel()))
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
@@ -82,6 +73,32 @@ def _signs(shape: tuple[int, ...], g: torch.Generator | None, dev) -> Tensor:
     return torch.where(torch.rand(shape, generator=g, device=dev) < 0.5, -1.0, 1.0)
 
 
+def _augmix_slots(
+    n: int,
+    n_ops: int,
+    severity: float,
+    depth: int,
+    width: int,
+    alpha: float,
+    generator: torch.Generator | None,
+    device: torch.device | str,
+) -> tuple[Tensor, Tensor, Slots]:
+    """The draws of :func:`batch_augment_and_mix`: the Dirichlet chain weights ``(n, width)``,
+    the Beta skip weights ``(n,)`` and the slots of the ``width n`` chains (row ``j n + i``:
+    chain ``j`` of sample ``i``; see :mod:`augment._batched_slots`)."""
+    dev = torch.device(device)
+    log_g = _log_gamma(alpha, (n, width + 2), generator, dev)  # independent Gamma(alpha)
+    weights = log_g[:, :width].softmax(-1)  # Dirichlet(alpha)
+    m = torch.sigmoid(log_g[:, width] - log_g[:, width + 1])  # Beta(alpha, alpha)
+    layers = depth if depth > 0 else 3
+    slot, _, c = draw_slots(width * n, n_ops, layers, depth < 0, generator, dev)
+    low = min(0.1, severity)
+    u = torch.rand((layers, n_ops * c), generator=generator, device=dev, dtype=torch.float64)
+    level = low + (severity - low) * u
+    sign = _signs((layers, n_ops * c), generator, dev)
+    return weights, m, Slots(c, slot, level, sign)
+
+
 def augmix_draws(
     n: int,
     n_ops: int,
@@ -92,25 +109,16 @@ def augmix_draws(
     generator: torch.Generator | None = None,
     device: torch.device | str = "cpu",
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    r"""The random draws of :func:`batch_augment_and_mix` for ``n`` samples, in its order.
+    r"""The random draws of :func:`batch_augment_and_mix` for ``n`` samples, per sample.
 
     Returns ``(weights, m, ops, levels, signs)``: the Dirichlet chain weights ``(n, width)``,
     the Beta skip weights ``(n,)``, and per sample, chain and layer (``(n, width, layers)``,
     ``layers = depth``, or 3 for ``depth = -1``) the operation's index in the set (-1: past
-    the chain's depth, nothing), its level and its direction (:math:`\pm 1`).
+    the chain's depth, nothing), its level and its direction (:math:`\pm 1`). The operations
+    and depths are drawn balanced across the batch (:mod:`augment._batched_slots`).
     """
-    log_g = _log_gamma(alpha, (n, width + 2), generator, device)  # independent Gamma(alpha)
-    weights = log_g[:, :width].softmax(-1)  # Dirichlet(alpha)
-    m = torch.sigmoid(log_g[:, width] - log_g[:, width + 1])  # Beta(alpha, alpha)
-    layers = depth if depth > 0 else 3
-    ops = torch.randint(0, n_ops, (n, width, layers), generator=generator, device=device)
-    if depth < 0:  # a uniform depth in {1, 2, 3} per chain; deeper layers do nothing
-        chain_depth = torch.randint(1, 4, (n, width, 1), generator=generator, device=device)
-        ops = torch.where(torch.arange(layers, device=device) < chain_depth, ops, -1)
-    low = min(0.1, severity)
-    u = torch.rand((n, width, layers), generator=generator, device=device)
-    levels = low + (severity - low) * u
-    signs = _signs((n, width, layers), generator, device)
+    weights, m, slots = _augmix_slots(n, n_ops, severity, depth, width, alpha, generator, device)
+    ops, levels, signs = (t.view(-1, width, n).permute(2, 1, 0) for t in row_draws(slots))
     return weights, m, ops, levels, signs
 
 
@@ -121,94 +129,105 @@ def randaugment_draws(
     generator: torch.Generator | None = None,
     device: torch.device | str = "cpu",
 ) -> tuple[Tensor, Tensor]:
-    """The random draws of :func:`batch_randaugment`: ``(ops, signs)``, each ``(n, depth)``."""
-    ops = torch.randint(0, n_ops, (n, depth), generator=generator, device=device)
-    return ops, _signs((n, depth), generator, device)
+    """The random draws of :func:`batch_randaugment`: ``(ops, signs)``, each ``(n, depth)``
+    (the operations drawn balanced across the batch: :mod:`augment._batched_slots`)."""
+    slots = _randaugment_slots(n, n_ops, depth, 0.0, generator, torch.device(device))
+    op, _, sign = row_draws(slots)
+    return op.t(), sign.t()
 
 
-def _augmix_levels(
-    v: Tensor,
-    kinds: tuple[str, ...],
-    severity: float,
-    depth: int,
-    width: int,
-    alpha: float,
-    g: torch.Generator | None,
-) -> Tensor:
-    """AugMix of the float32 grey levels ``v`` (see :func:`batch_augment_and_mix`)."""
-    n = v.shape[0]
-    weights, m, ops, levels, signs = augmix_draws(
-        n, len(kinds), severity, depth, width, alpha, g, v.device
-    )
-    layers = ops.shape[-1]
-    mix = (m.view(n, 1) * weights).view(n, width, 1, 1, 1)
-    plan = plan_ops(ops, levels, signs, kinds, v.shape[2], v.shape[3])  # every layer at once
-    parts = []
-    for s in _chunks(v):  # the draws above do not depend on the chunking
-        acc = v[s] * (1.0 - m[s]).view(-1, 1, 1, 1)
-        for i in range(width):
-            chain = v[s]
-            for k in range(layers):
-                chain = apply_plan(chain, _layer(plan, s, i, k), kinds)
-            acc.addcmul_(chain, mix[s, i])
-        parts.append(acc)
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
+def _randaugment_slots(
+    n: int, n_ops: int, depth: int, severity: float, g: torch.Generator | None, dev: torch.device
+) -> Slots:
+    slot, _, c = draw_slots(n, n_ops, depth, False, g, dev)
+    sign = _signs((depth, n_ops * c), g, dev)
+    level = torch.full((depth, n_ops * c), float(severity), dtype=torch.float64, device=dev)
+    return Slots(c, slot, level, sign)
 
 
 def _augmix_grouped(
     x: Tensor,
     kinds: tuple[str, ...],
-    severity: float,
-    depth: int,
     width: int,
-    alpha: float,
-    g: torch.Generator | None,
+    draws: tuple[Tensor, Tensor, Slots],
     workspace: Workspace | None,
 ) -> Tensor:
-    """:func:`_augmix_levels` operation by operation on uint8 (eager CPU), group of samples by
-    group: the same draws and values, returned in ``x``'s dtype."""
+    """AugMix operation by operation on uint8 (eager CPU), group of samples by group, from the
+    draws of :func:`_augmix_slots`, returned in ``x``'s dtype."""
     n = x.shape[0]
-    weights, m, ops, levels, signs = augmix_draws(
-        n, len(kinds), severity, depth, width, alpha, g, x.device
-    )
+    weights, m, slots = draws
     mix = (m.view(n, 1) * weights).view(n, width, 1, 1, 1)
     keep = (1.0 - m).view(n, 1, 1, 1)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    # every layer of every chain planned at once, layer first: (layers, width, n, ...)
-    op_t, lv_t, sg_t = (t.permute(2, 1, 0).contiguous() for t in (ops, levels, signs))
+    # every layer of every chain, layer first: (layers, width, n)
+    op_t, lv_t, sg_t = (t.view(-1, width, n) for t in row_draws(slots))
     plan = plan_ops(op_t, lv_t, sg_t, kinds, x.shape[2], x.shape[3], only=NOT_LUT)
     for s in _chunks(x, max(1, GROUPED_CHUNK // width)):  # width chains a sample
         u = _levels8(x[s])
         k = u.shape[0]
         # every chain of the group at once: chain j of sample i at row j k + i
-        draws = (
+        draws_s = (
             op_t[:, :, s].flatten(1, 2),
             lv_t[:, :, s].flatten(1, 2),
             sg_t[:, :, s].flatten(1, 2),
         )
         p = {key: t[:, :, s].flatten(1, 2) for key, t in plan.items()}
-        chains = apply_layers(u, draws, p, kinds, copies=width, workspace=workspace)
+        chains = apply_layers(u, draws_s, p, kinds, copies=width, workspace=workspace)
         _mix(out[s], u, chains.view(width, k, *u.shape[1:]), keep[s], mix[s])
+    return _like(out, x)
+
+
+def _augmix_slotted(
+    x: Tensor, kinds: tuple[str, ...], width: int, draws: tuple[Tensor, Tensor, Slots]
+) -> Tensor:
+    """AugMix on the device path: each chain's operations on their slots
+    (:func:`augment._batched_slots.run_slots`), then the mix; fixed shapes, no host reads."""
+    n = x.shape[0]
+    weights, m, slots = draws
+    mix = (m.view(n, 1) * weights).view(n, width, 1, 1, 1)
+    keep = (1.0 - m).view(n, 1, 1, 1)
+    u = _levels8(x)
+    chains = run_slots(u, width, slots, kinds)[: width * n]
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    return _like(_mix(out, u, chains.view(width, n, *u.shape[1:]), keep, mix, fused=True), x)
+
+
+def _like(out: Tensor, x: Tensor) -> Tensor:
+    """``out`` (contiguous) in ``x``'s memory format: channels_last stays channels_last."""
+    if (
+        x.dim() == 4
+        and not x.is_contiguous()
+        and x.is_contiguous(memory_format=torch.channels_last)
+    ):
+        return out.contiguous(memory_format=torch.channels_last)
     return out
 
 
 def _levels8(x: Tensor) -> Tensor:
-    """:func:`to_levels8` without its copy of uint8 input (the grouped path only reads it)."""
+    """:func:`to_levels8` without its copy of uint8 input (the paths only read it)."""
     return x.contiguous() if x.dtype == torch.uint8 else to_levels8(x)
 
 
-def _mix(out: Tensor, u: Tensor, chains: Tensor, keep: Tensor, mix: Tensor) -> Tensor:
-    """``out`` (written in place) = ``keep u + sum_i mix[:, i] chains[i]`` in float32, as
-    :func:`_augmix_levels` adds them, converted as :func:`from_levels`; a few samples at a
-    time, so the float32 temporaries stay in the cache (fresh large ones cost page faults)."""
+def _mix(
+    out: Tensor, u: Tensor, chains: Tensor, keep: Tensor, mix: Tensor, fused: bool = False
+) -> Tensor:
+    """``out`` (written in place) = ``keep u + sum_i mix[:, i] chains[i]`` in float32, rounded
+    half up for uint8 (divided by 255 for floats); on CPU a few samples at a time, so the
+    float32 temporaries stay in the cache (fresh large ones cost page faults). ``fused``: the
+    uint8 levels enter the float32 arithmetic directly (the same values; on CPU slower, on a
+    GPU no float32 copy of every chain)."""
     for s in _chunks(u, MIX_CHUNK):
-        acc = u[s].to(torch.float32).mul_(keep[s])
+        if fused:
+            acc = torch.mul(u[s], keep[s])
+        else:
+            acc = u[s].to(torch.float32).mul_(keep[s])
         for i in range(chains.shape[0]):
-            acc.addcmul_(chains[i, s].to(torch.float32), mix[s, i])
+            chain = chains[i, s]
+            acc.addcmul_(chain if fused else chain.to(torch.float32), mix[s, i])
         # uint8: rounded half up (the conversion truncates; the weights sum to 1, so the mix of
         # levels 0..255 stays in [0, 255] up to float rounding); float: divided by 255
-        if out.dtype == torch.uint8:  # through int16: see to_uint8
-            out[s].copy_(acc.add_(0.5).to(torch.int16))
+        if out.dtype == torch.uint8:  # on CPU through int16: see to_uint8
+            out[s].copy_(acc.add_(0.5) if fused else acc.add_(0.5).to(torch.int16))
         else:
             out[s] = acc.div_(255.0)
     return out
@@ -235,10 +254,12 @@ def augmix_run(
 ) -> Tensor:
     """AugMix of the checked, non-empty batch ``x`` on the path that suits it (the grouped
     path keeps its buffers in ``workspace``, if given and free)."""
+    n = x.shape[0]
+    draws = _augmix_slots(n, len(kinds), severity, depth, width, alpha, g, x.device)
     if _grouped(x):
         with _held(workspace) as ws:
-            return _augmix_grouped(x, kinds, severity, depth, width, alpha, g, ws)
-    return from_levels(_augmix_levels(to_levels(x), kinds, severity, depth, width, alpha, g), x)
+            return _augmix_grouped(x, kinds, width, draws, ws)
+    return _augmix_slotted(x, kinds, width, draws)
 
 
 def randaugment_run(
@@ -251,27 +272,18 @@ def randaugment_run(
 ) -> Tensor:
     """RandAugment of the checked, non-empty batch ``x`` (``depth >= 1``) on its path (the
     grouped path keeps its buffers in ``workspace``, if given and free)."""
-    n, dev = x.shape[0], x.device
-    ops, signs = randaugment_draws(n, len(kinds), depth, g, dev)
-    level = torch.full((n, depth), float(severity), dtype=torch.float64, device=dev)
-    if _grouped(x):
-        # every layer planned at once, layer first: (depth, n, ...)
-        op_t, lv_t, sg_t = (t.t().contiguous() for t in (ops, level, signs))
-        plan = plan_ops(op_t, lv_t, sg_t, kinds, x.shape[2], x.shape[3], only=NOT_LUT)
-        out = torch.empty_like(x, memory_format=torch.contiguous_format)
-        with _held(workspace) as ws:
-            for s in _chunks(x, GROUPED_CHUNK):
-                draws = (op_t[:, s], lv_t[:, s], sg_t[:, s])
-                p = {key: t[:, s] for key, t in plan.items()}
-                u = apply_layers(_levels8(x[s]), draws, p, kinds, workspace=ws)
-                out[s] = from_levels8(u, x)  # a copy: u may be in the workspace
-        return out
-    plan = plan_ops(ops, level, signs, kinds, x.shape[2], x.shape[3])
-    v = to_levels(x)
-    parts = []
-    for s in _chunks(v):
-        part = v[s]
-        for k in range(depth):
-            part = apply_plan(part, _layer(plan, s, k), kinds)
-        parts.append(part)
-    return from_levels(parts[0] if len(parts) == 1 else torch.cat(parts), x)
+    slots = _randaugment_slots(x.shape[0], len(kinds), depth, severity, g, x.device)
+    if not _grouped(x):
+        out = run_slots(_levels8(x), 1, slots, kinds)[: x.shape[0]]
+        return _like(from_levels8(out, x), x)
+    # every layer planned at once, layer first: (depth, n, ...)
+    op_t, lv_t, sg_t = row_draws(slots)
+    plan = plan_ops(op_t, lv_t, sg_t, kinds, x.shape[2], x.shape[3], only=NOT_LUT)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    with _held(workspace) as ws:
+        for s in _chunks(x, GROUPED_CHUNK):
+            draws = (op_t[:, s], lv_t[:, s], sg_t[:, s])
+            p = {key: t[:, s] for key, t in plan.items()}
+            u = apply_layers(_levels8(x[s]), draws, p, kinds, workspace=ws)
+            out[s] = from_levels8(u, x)  # a copy: u may be in the workspace
+    return _like(out, x)

@@ -4,10 +4,13 @@ and the formulas both ways of running a layer of chains share (the tables of the
 operations, the blends, the warp).
 
 * :func:`apply_plan`, every family on every sample (the identity for those that chose another
-  family): fixed shapes, no value read on the host; for accelerators and ``torch.compile``.
+  family): fixed shapes, no value read on the host; the deterministic kernels of
+  :mod:`augment.batched_ops`.
 * :func:`augment._batched_grouped.apply_grouped`, each operation on the samples that chose it
   only (one operation's work per sample, as the PIL path), on uint8: for eager CPU, where
-  grouping reads the (host) op indices. Both give the same values for the same draws.
+  grouping reads the (host) op indices; its stages, in their host-free forms, also run the
+  slots of :mod:`augment._batched_slots` (accelerators, ``torch.compile``). All give the same
+  values for the same draws.
 """
 
 from __future__ import annotations
@@ -215,9 +218,10 @@ def _sharpness(v: Tensor, f: Tensor) -> Tensor:
     return out
 
 
-def _affine(v: Tensor, a: Tensor) -> Tensor:
+def _affine(v: Tensor, a: Tensor, out: Tensor | None = None) -> Tensor:
     """Nearest-neighbour inverse affine warp with black fill, in Pillow's 16.16 fixed point
-    (``a``: (N, 6) int32 coefficients; ``v``: any dtype, gathered as it is)."""
+    (``a``: (N, 6) int32 coefficients; ``v``: any dtype, gathered as it is; ``out``: a
+    contiguous tensor like ``v`` to write the result into, ``v`` itself allowed)."""
     n, c, h, w = v.shape
     dev = v.device
     a = a.view(n, 6, 1, 1)
@@ -231,7 +235,10 @@ def _affine(v: Tensor, a: Tensor) -> Tensor:
     src = torch.empty(n, 1, h * w, device=dev, dtype=torch.int64)
     torch.add(xin.clamp_(0, w + 1), yin.clamp_(0, h + 1), alpha=w + 2, out=src.view(n, h, w))
     framed = torch.nn.functional.pad(v, (1, 1, 1, 1)).view(n, c, (h + 2) * (w + 2))
-    return framed.gather(2, src.expand(n, c, h * w)).view(n, c, h, w)
+    if out is None:
+        return framed.gather(2, src.expand(n, c, h * w)).view(n, c, h, w)
+    torch.gather(framed, 2, src.expand(n, c, h * w), out=out.view(n, c, h * w))
+    return out
 
 
 def apply_plan(v: Tensor, plan: dict[str, Tensor], kinds: Sequence[str]) -> Tensor:

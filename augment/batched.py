@@ -4,16 +4,30 @@ The algorithms of :class:`~augment.AugMix` and :class:`~augment.RandAugment`, wi
 parameters and the same thirteen operations at the same level scaling (:mod:`augment.primitives`),
 applied to an ``N x C x H x W`` batch (``torch.uint8`` or floating point in [0, 1], any device)
 after the data loader, where a GPU does the work. Each sample draws its own operations, levels,
-directions, chain depths and mixing weights, independently of the others, as the PIL transforms
-do per image. (torchvision v2's AugMix and RandAugment apply one chain to a whole batch.)
+directions, chain depths and mixing weights, as the PIL transforms do per image: every sample's
+draws have the PIL transform's distribution. (torchvision v2's AugMix and RandAugment apply one
+chain to a whole batch.)
+
+The draws across a batch are balanced: in every layer of the chains the rows (samples, or
+AugMix's chains) take ``K c`` slots, ``c = ceil(rows / K)`` for each of the ``K`` operations of
+the set, through one random permutation. A row's operation is uniform over the set and
+independent of its level, direction and other layers, but an operation is drawn by at most ``c``
+rows of a layer (sampling without replacement from ``c`` copies of each operation, where the PIL
+transform samples each image independently); AugMix's chain depths in {1, 2, 3} are balanced the
+same way (at most ``ceil(rows / 3)`` chains each). This is what lets the device path know every
+operation's group size on the host.
 
 How it runs, two paths with the same draws and the same values (tested):
 
-* On accelerators and under ``torch.compile``: a layer of the chains is one
-  :func:`augment.batched_ops.apply_plan` call over the whole batch (every family of operations
-  applied once, each sample with its own parameters, the identity for those that chose another
-  operation), on float32 grey levels: no Python loop over the samples, no value read on the
-  host, fixed shapes, so it compiles once under ``torch.compile`` and never synchronises a GPU.
+* On accelerators and under ``torch.compile``: per layer, one gather of the slots in the order
+  of the stages, each operation applied to its own ``c`` rows only (uint8 levels, the grouped
+  path's stages in their host-free forms: equalize's histogram by ``index_add_``, every
+  geometric op as the 16.16 fixed-point warp), one write back; then the mix in float32. Fixed
+  shapes, no value read on the host, no Python loop over the samples: it compiles once under
+  ``torch.compile`` and never synchronises a GPU. Counted without a GPU
+  (``python -m benchmarks device``), 64 x 3 x 224 x 224 uint8: AugMix (width 3) 556 kernel
+  launches and 3.8 GB of memory traffic (198x the batch read and written once), RandAugment
+  (depth 2) 375 launches and 0.75 GB (39x); no syncs.
 * On CPU in eager mode (``x`` on the CPU, not compiling; the generator is then a CPU one):
   :func:`augment.batched_ops.apply_grouped`, which reads the drawn operation indices (CPU
   tensors, host values already: nothing waits on a device), sorts the samples of each layer
@@ -22,9 +36,13 @@ How it runs, two paths with the same draws and the same values (tested):
   (``augment._batched_paths.GROUPED_CHUNK``): one operation's work per sample, as in the PIL
   path. The point operations and the brightness and contrast blends apply their tables'
   formulas to the levels of their slice (a table lookup for equalize only: torch's is
-  single-threaded on CPU). The per-sample parameters of every layer are planned once per
-  call. Still no Python loop over the samples (loops over the layers and the at most
-  thirteen operations).
+  single-threaded on CPU). Still no Python loop over the samples (loops over the layers and
+  the at most thirteen operations).
+
+Input: ``torch.uint8`` levels, or floating point in [0, 1]; a float batch outside [0, 1] (levels
+0..255 as floats, a normalized batch) is an error (checked on the CPU at once, on accelerators
+by a device-side assert that never makes the host wait; not under ``torch.compile``). A
+channels_last batch comes back channels_last.
 
 Per-op results equal the PIL primitives' (see :mod:`augment.batched_ops`).
 
@@ -134,15 +152,21 @@ def batch_augment_and_mix(
     in :math:`[\min(0.1, s), s]` and a fair random direction. The mix is computed in float32
     over the 8-bit results of the operations.
 
-    Cost and memory: ``width * depth`` layers (``depth = -1``: up to ``3`` per chain). On
-    accelerators and under ``torch.compile`` each layer applies every family of operations in
-    the set to the whole batch (see :func:`augment.batched_ops.apply_plan`); peak extra memory,
-    measured (process peak resident size, 64 x 3 x 224 x 224): about 10 float32 copies of
-    the batch (the input's grey levels, the running mix, one chain, a layer's temporaries and
-    indices). On CPU (eager) each sample pays for its own operations only and the batch is
-    processed in groups of samples: the output and a working set of about 55 MiB for a group's
-    chains and temporaries at 224 x 224, whatever the batch size (measured: 64 MiB extra for
-    64 x 3 x 224 x 224 uint8, 1.7 float32 copies of it; 93 MiB for 256 samples, 0.6).
+    Across the batch the operations and chain depths are drawn balanced (see
+    :mod:`augment.batched`): each chain's draws have the distribution above, but an operation
+    is drawn by at most ``ceil(width N / K)`` chains of a layer (``K`` operations in the set).
+
+    Cost and memory: ``depth`` layers over the ``width N`` chains (``depth = -1``: 3, a chain
+    past its depth unchanged). On accelerators and under ``torch.compile`` each layer applies
+    each operation to the chains that drew it only (one gather and one write back of the
+    chains per layer; 556 kernel launches and 3.8 GB of traffic at 64 x 3 x 224 x 224 uint8,
+    width 3); peak extra memory, measured (process peak resident size, 32 x 3 x 224 x 224, on
+    the CPU): about 5 float32 copies of the batch (the uint8 chains, a layer's gathered
+    rows and its temporaries, the float32 mix). On CPU (eager) each sample pays for its own
+    operations only and the batch is processed in groups of samples: the output and a working
+    set of about 55 MiB for a group's chains and temporaries at 224 x 224, whatever the batch
+    size (measured: 64 MiB extra for 64 x 3 x 224 x 224 uint8, 1.7 float32 copies of it;
+    93 MiB for 256 samples, 0.6).
 
     Shape:
         ``x``: :math:`(N, C, H, W)`, :math:`C \in \{1, 3\}`; output: the same shape, dtype and
@@ -160,8 +184,9 @@ def batch_augment_and_mix(
         The mixed batch: uint8 rounded half up; float not rounded (``mix / 255``).
 
     Raises:
-        ValueError: bad shape, severity outside [0, 10], width < 1, depth neither -1 nor >= 1,
-            alpha <= 0, an unknown set name, a generator on another device.
+        ValueError: bad shape (an (N, H, W, C) batch: the message says how to permute), a
+            float batch outside [0, 1], severity outside [0, 10], width < 1, depth neither -1
+            nor >= 1, alpha <= 0, an unknown set name, a generator on another device.
         TypeError: a non-tensor, an integer dtype other than uint8, a set member without a
             batched kernel, a bad generator.
 
@@ -216,13 +241,16 @@ def batch_randaugment(
     set and applies them at level ``severity`` in a fair random direction, as
     :func:`augment.randaugment` does per image.
 
-    Cost and memory: ``depth`` layers, each applying every family of operations to the whole
-    batch on accelerators and under ``torch.compile`` (see
-    :func:`augment.batched_ops.apply_plan`), only the drawn operation to each sample on CPU
-    (eager, grouped: see :func:`batch_augment_and_mix`); peak extra memory, measured as for
-    :func:`batch_augment_and_mix`: about 9 float32 copies of the batch processed at once; on
-    CPU (eager) the output and about 50 MiB of a group's temporaries (measured: 60 MiB extra
-    for 64 x 3 x 224 x 224 uint8, 1.6 float32 copies; 88 MiB for 256 samples, 0.6).
+    Across the batch the operations are drawn balanced (see :mod:`augment.batched`): an
+    operation is drawn by at most ``ceil(N / K)`` samples of a layer.
+
+    Cost and memory: ``depth`` layers, each applying only the drawn operation to each sample,
+    on accelerators and under ``torch.compile`` (each operation on its own slots: 375 kernel
+    launches and 0.75 GB of traffic at 64 x 3 x 224 x 224 uint8, depth 2) as on CPU (eager,
+    grouped: see :func:`batch_augment_and_mix`); peak extra memory, measured as for
+    :func:`batch_augment_and_mix`: about 1.5 float32 copies of the batch on the device path;
+    on CPU (eager) the output and about 50 MiB of a group's temporaries (measured: 60 MiB
+    extra for 64 x 3 x 224 x 224 uint8, 1.6 float32 copies; 88 MiB for 256 samples, 0.6).
 
     Shape:
         ``x``: :math:`(N, C, H, W)`, :math:`C \in \{1, 3\}`; output: the same shape, dtype and

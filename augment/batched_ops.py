@@ -25,13 +25,15 @@ How the result relates to the PIL primitive (same level scaling, see :mod:`augme
   3x3 ``SMOOTH`` blur is rounded half up and the one-pixel border is left as it is, as in
   Pillow; images under 3 pixels a side are returned unchanged.
 
-A layer of per-sample operations runs in one of two ways with equal values:
+A layer of per-sample operations runs in one of three ways with equal values:
 :func:`apply_plan` (every family of operations on every sample, float32 levels, fixed shapes,
-no host reads: for accelerators and ``torch.compile``) or :func:`apply_grouped` (each operation
-on the samples that chose it, uint8 levels, sorting by host reads of the CPU op indices: eager
-CPU). The planning of the per-sample parameters lives in :mod:`augment._batched_plan`, the
-stages and their shared formulas in :mod:`augment._batched_stages`, the sorted path in
-:mod:`augment._batched_grouped`.
+no host reads: the deterministic kernels here and custom pipelines), :func:`apply_grouped`
+(each operation on the samples that chose it, uint8 levels, sorting by host reads of the CPU
+op indices: the transforms on eager CPU) and the slot path of :mod:`augment._batched_slots`
+(each operation on the rows of its slots, sizes known on the host: the transforms on
+accelerators and under ``torch.compile``). The planning of the per-sample parameters lives in
+:mod:`augment._batched_plan`, the stages and their shared formulas in
+:mod:`augment._batched_stages`, the sorted path in :mod:`augment._batched_grouped`.
 
 Float input is processed at 8-bit precision: ``x * 255`` is rounded to the nearest integer
 first, as the PIL pipeline sees the image, and each op's output is an integer grey level
@@ -58,6 +60,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from augment._args import check_values
 from augment._batched_grouped import apply_grouped
 from augment._batched_plan import plan_ops
 from augment._batched_stages import GEOMETRIC, KINDS, apply_plan
@@ -96,9 +99,16 @@ __all__ = [
 
 
 def check_batch(x: object, name: str = "x") -> Tensor:
-    """``x`` as a checked (N, C, H, W) tensor, C = 1 or 3, uint8 or floating point."""
+    """``x`` as a checked (N, C, H, W) tensor, C = 1 or 3, uint8 or floating point in [0, 1]
+    (the values checked without a host read on accelerators: :func:`augment._args.check_values`)."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.ndim == 4 and x.shape[1] not in (1, 3) and x.shape[3] in (1, 3):
+        raise ValueError(
+            f"{name} must be an (N, C, H, W) batch with C = 1 or 3, got shape "
+            f"{tuple(x.shape)}, which looks like (N, H, W, C): pass {name}.permute(0, 3, 1, 2) "
+            "(a view; the result then comes back in channels_last memory format)"
+        )
     if x.ndim != 4 or x.shape[1] not in (1, 3):
         raise ValueError(
             f"{name} must be an (N, C, H, W) batch with C = 1 or 3, got shape {tuple(x.shape)}"
@@ -109,6 +119,16 @@ def check_batch(x: object, name: str = "x") -> Tensor:
         )
     if max(x.shape[2], x.shape[3]) > 32767:
         raise ValueError(f"{name} must be at most 32767 pixels a side, got {tuple(x.shape)}")
+    if x.is_floating_point() and x.numel() > 0:
+        lo, hi = torch.aminmax(x)
+        check_values(
+            (lo >= 0.0) & (hi <= 1.0),
+            f"{name} must hold values in [0, 1] when floating point (it is processed as "
+            f"round(255 {name})): divide a batch of 0..255 levels by 255 (or pass it as "
+            "torch.uint8), and augment before normalizing (or undo it first: "
+            f"{name} * std + mean)",
+            lambda: f"values in [{lo.item():g}, {hi.item():g}]",
+        )
     return x
 
 

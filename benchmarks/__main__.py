@@ -37,6 +37,7 @@ MODULES = {
     "optim": "benchmarks.optim",
     "alibi": "benchmarks.alibi_extrapolation",
     "compile": "benchmarks.compile",
+    "device": "benchmarks.device",
 }
 
 # What each benchmark measures (the module docstrings have the details).

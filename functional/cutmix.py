@@ -95,13 +95,12 @@ def _check_bbox(bbox: object, height: int, width: int) -> torch.Tensor:
 
 
 def _box_mask(box: torch.Tensor, height: int, width: int, device: torch.device) -> torch.Tensor:
-    """``(H, W)`` bool mask of the half-open box ``(x1, y1, x2, y2)``, from comparisons with arange."""
-    box = box.to(device, non_blocking=True)
-    rows = torch.arange(height, device=device)
-    cols = torch.arange(width, device=device)
-    in_rows = (rows >= box[1]) & (rows < box[3])
-    in_cols = (cols >= box[0]) & (cols < box[2])
-    return in_rows[:, None] & in_cols
+    """``(H, W)`` bool mask of the half-open box ``(x1, y1, x2, y2)``, from comparisons with
+    one arange (both axes at once: five small kernels)."""
+    box = box.to(device, non_blocking=True).view(2, 2)  # (x1, y1), (x2, y2)
+    at = torch.arange(max(height, width), device=device)
+    inside = (at >= box[0].view(2, 1)) & (at < box[1].view(2, 1))  # columns, rows
+    return inside[1, :height, None] & inside[0, None, :width]
 
 
 def _paste(x: torch.Tensor, perm: torch.Tensor, box: torch.Tensor) -> torch.Tensor:
@@ -117,6 +116,38 @@ def _paste(x: torch.Tensor, perm: torch.Tensor, box: torch.Tensor) -> torch.Tens
     # Written over the gathered copy we own: no second full-size allocation (1.5x faster on
     # the CPU). Not with autograd (out= has no derivative) nor under compile (functional).
     return torch.where(mask, partner, x, out=partner)
+
+
+def _paste_gathered(x: torch.Tensor, perm: torch.Tensor, box: torch.Tensor) -> torch.Tensor:
+    """:func:`_paste` as one gather (accelerators): every pixel reads its own image or its
+    partner's through an int32 ``(B, H, W)`` index, so the partner batch is never copied
+    whole (bytes: the output, the input it reads and the index, 1.33x the minimum for float32
+    RGB against 2.5x for a gather and a select). ``x`` contiguous or channels_last; the
+    result has its memory format."""
+    b, h, w = x.shape[0], x.shape[-2], x.shape[-1]
+    dev = x.device
+    mask = _box_mask(box, h, w, dev)
+    own = torch.arange(b, device=dev, dtype=torch.int32).view(b, 1, 1)
+    partner = perm.to(dev, torch.int32, non_blocking=True).view(b, 1, 1)
+    src = torch.where(mask, partner, own)  # (B, H, W): the image each pixel comes from
+    rows = torch.arange(h, device=dev).view(h, 1)
+    cols = torch.arange(w, device=dev)
+    if x.dim() == 4 and not x.is_contiguous():  # channels_last: gather whole pixels
+        pixels = x.permute(0, 2, 3, 1)[src, rows, cols]  # (B, H, W, C), contiguous
+        return pixels.permute(0, 3, 1, 2)
+    planes = x.reshape(b, -1, h, w)  # a view: x is contiguous
+    mid = torch.arange(planes.shape[1], device=dev).view(-1, 1, 1)
+    return planes[src.unsqueeze(1), mid, rows, cols].view(x.shape)
+
+
+def _gathers(x: torch.Tensor) -> bool:
+    """Whether :func:`_paste_gathered` suits ``x``: an accelerator tensor without autograd,
+    contiguous or channels_last (on the CPU the select over the gathered copy is faster)."""
+    if x.device.type == "cpu" or x.requires_grad or torch.compiler.is_compiling():
+        return False
+    return x.is_contiguous() or (
+        x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
+    )
 
 
 def _paste_fixed(
@@ -236,6 +267,8 @@ def cutmix_batch(
             min(max(y2, 0), height),
         )
         x_mix = _paste_fixed(x, perm, clip)
+    elif _gathers(x):
+        x_mix = _paste_gathered(x, perm, box)
     else:
         x_mix = _paste(x, perm, box)
     keep = 1.0 - _area_fraction(box, height, width)

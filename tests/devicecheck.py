@@ -8,7 +8,8 @@ Two tools the per-step tests share:
   device catches up; on a CPU it costs nothing and so slips in unseen. Wrapping each per-step
   call in this block makes a new synchronisation fail a test on any machine.
   The one allowed read is the eager check of tensor contents on CPU tensors in
-  ``functional._values.check_values`` (on accelerators it becomes a device-side assert).
+  ``functional._values.check_values`` and its copy ``augment._args.check_values`` (on
+  accelerators each becomes a device-side assert).
 - :func:`compile_counter` / :func:`assert_compiles_once`: run a function under
   ``torch.compile(fullgraph=True)`` (any graph break raises) and count the graphs dynamo built,
   so a recompile when a random draw or a scalar argument changes is caught.
@@ -25,6 +26,7 @@ import torch
 import torch._dynamo
 import torch._dynamo.testing
 
+import augment._args as _augment_args
 import functional._values as _values
 
 __all__ = ["HostReadError", "assert_compiles_once", "compile_counter", "no_host_reads"]
@@ -51,7 +53,7 @@ _TENSOR_READS = (
 _TORCH_READS = ("equal", "allclose", "nonzero", "argwhere", "unique", "masked_select")
 
 # Code objects inside which a host read is the documented, CPU-only exception.
-_ALLOWED = frozenset({_values.check_values.__code__})
+_ALLOWED = frozenset({_values.check_values.__code__, _augment_args.check_values.__code__})
 
 
 def _allowed(frame: Any) -> bool:

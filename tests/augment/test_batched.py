@@ -220,7 +220,8 @@ def test_augmix_draws_have_the_pil_transforms_distributions() -> None:
     # levels uniform on [0.1, 3], signs fair
     lv = levels[ops >= 0].numpy()
     assert _fits(lv, lambda t: (t - 0.1) / 2.9)
-    assert _binomial_ok(int((signs > 0).sum()), signs.numel(), 0.5)
+    drawn = signs[ops >= 0]  # a chain past its depth draws nothing
+    assert _binomial_ok(int((drawn > 0).sum()), drawn.numel(), 0.5)
     # small alpha: nearly one chain and nearly all-or-nothing, never NaN
     w_small, m_small, *_ = BP.augmix_draws(n, 13, 3.0, 2, width, 0.01, g)
     assert torch.isfinite(w_small).all() and torch.isfinite(m_small).all()
@@ -260,7 +261,7 @@ def test_modules_after_the_loader() -> None:
 
 
 def test_no_host_reads(monkeypatch) -> None:
-    """The accelerator/compile path (every family on every sample); eager CPU groups the
+    """The accelerator/compile path (each operation on its slots); eager CPU groups the
     samples by reading the (host) op indices, by design."""
     monkeypatch.setattr(BP, "GROUPED", False)
     x = torch.randint(0, 256, (4, 3, 10, 12), dtype=torch.uint8)
@@ -345,6 +346,43 @@ def test_bad_batches() -> None:
         augment.batch_randaugment(np.zeros((2, 3, 8, 8), dtype=np.uint8))
     with pytest.raises(ValueError, match="shape"):
         B.rotate(torch.zeros(2, 3, 8, 8, dtype=torch.uint8), torch.ones(3), 1.0)
+
+
+@pytest.mark.parametrize("fn", [augment.batch_augment_and_mix, augment.batch_randaugment])
+def test_a_float_batch_outside_0_1_is_an_error_with_the_fix(fn) -> None:
+    """A batch of 0..255 floats or a normalized batch was silently clamped to [0, 1]."""
+    x = torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"divide .* by 255.*got values in \[0\.\d+, 2\d\d"):
+        fn(x * 255)
+    normalized = (x - 0.45) / 0.22
+    with pytest.raises(ValueError, match=r"augment before normalizing .* \* std \+ mean"):
+        fn(normalized)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        B.solarize(x * 255, 5.0)
+    assert fn(x).shape == x.shape and fn(x.double()).dtype == torch.float64
+
+
+def test_an_nhwc_batch_is_told_to_permute() -> None:
+    x = torch.zeros(2, 8, 8, 3, dtype=torch.uint8)
+    with pytest.raises(
+        ValueError, match=r"looks like \(N, H, W, C\): pass x\.permute\(0, 3, 1, 2\)"
+    ):
+        augment.BatchAugMix()(x)
+    assert augment.BatchAugMix()(x.permute(0, 3, 1, 2)).shape == (2, 3, 8, 8)
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_a_channels_last_batch_comes_back_channels_last(monkeypatch, grouped, dtype) -> None:
+    monkeypatch.setattr(BP, "GROUPED", grouped)
+    x = _batch(np.random.default_rng(3), 5, 3, 9, 11)
+    x = x if dtype == torch.uint8 else x.to(dtype) / 255
+    cl = x.contiguous(memory_format=torch.channels_last)
+    for fn in (augment.batch_augment_and_mix, augment.batch_randaugment):
+        out = fn(cl, generator=torch.Generator().manual_seed(1))
+        assert out.is_contiguous(memory_format=torch.channels_last), fn.__name__
+        assert torch.equal(out, fn(x, generator=torch.Generator().manual_seed(1)))
+    assert augment.batch_randaugment(cl, depth=0).is_contiguous(memory_format=torch.channels_last)
 
 
 @pytest.mark.cuda

@@ -1,6 +1,7 @@
-"""Batched AugMix / RandAugment: the grouped CPU path (each family of operations on the samples
-that chose it, uint8) against the all-families path (every family on every sample, float32,
-the accelerator/compile path): the same draws give the same values, whatever the groups."""
+"""Batched AugMix / RandAugment: the grouped CPU path (each operation on the samples that chose
+it, sorted by host reads) against the device path (each operation on its slots, sizes known on
+the host: the accelerator/compile path): the same draws give the same values, whatever the
+groups."""
 
 from __future__ import annotations
 
@@ -24,8 +25,7 @@ def test_same_generator_seed_same_output_and_chunking_does_not_matter(monkeypatc
     assert torch.equal(a, b)
     c = augment.batch_augment_and_mix(x, generator=torch.Generator().manual_seed(10))
     assert not torch.equal(a, c)
-    monkeypatch.setattr(BP, "GROUPED", False)  # the all-families path, chunked the same way
-    monkeypatch.setattr(BP, "CPU_CHUNK", 1)
+    monkeypatch.setattr(BP, "GROUPED", False)  # the device (slot) path, the whole batch
     assert torch.equal(
         augment.batch_augment_and_mix(x, generator=torch.Generator().manual_seed(9)), a
     )
@@ -34,8 +34,8 @@ def test_same_generator_seed_same_output_and_chunking_does_not_matter(monkeypatc
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.float64])
 @pytest.mark.parametrize("augmentation_set", ["all", "safe", "original"])
 def test_grouped_path_equals_all_families_path(monkeypatch, dtype, augmentation_set) -> None:
-    """Eager CPU runs each family on the samples that chose it (uint8); the device/compile path
-    runs every family on every sample (float32): the same draws give the same values."""
+    """Eager CPU sorts the samples by operation (host reads); the device/compile path gathers
+    each operation's slots: the same draws give the same values."""
     rs = np.random.default_rng(21)
     for c, h, w in [(3, 20, 24), (1, 9, 11), (3, 2, 5), (3, 16, 16)]:
         x = _batch(rs, 12, c, h, w)
