@@ -305,7 +305,7 @@ def test_device_decisions_without_skipping():
     """skip_dropped=False: every branch runs and every parameter gets a gradient (no
     find_unused_parameters under DDP); the decisions keep the rate and the 1/(1-p) scale."""
     block = StochasticBasicBlock(4, 4, drop_rate=0.25, skip_dropped=False).train()
-    block._drop_generators = generators._DropGenerators(5, shared=True)
+    block._attach_streams(generators._DropGenerators(5, shared=True), 0)
     branch = torch.ones(1, 1, 1, 1)
     scales = torch.stack([block.device_scale(branch) for _ in range(4000)]).flatten()
     assert set(scales.tolist()) <= {0.0, torch.tensor(1 / 0.75).item()}
@@ -455,7 +455,7 @@ def test_state_dict_holds_rate_stream_and_seed_and_restores_them(tmp_path):
     _decisions(model, 3)
     state = model.state_dict()
     extra = state["layer2.0._extra_state"]
-    assert extra.dtype == torch.int64 and extra.shape == (4,) and extra[2] == 3
+    assert extra.dtype == torch.int64 and extra.shape == (5,) and extra[2] == 3 and extra[4] == 0
     torch.save(state, tmp_path / "model.pt")
     fresh = _converted(seed=123, rate=0.9)
     fresh.load_state_dict(torch.load(tmp_path / "model.pt", weights_only=True), strict=True)
