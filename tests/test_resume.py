@@ -504,12 +504,40 @@ def scenario_resume_stochastic_depth_block_per_rank(rank: int, world_size: int) 
     _ddp_stochastic_depth_resume(rank, world_size, "block")
 
 
+def scenario_device_draws_per_rank_under_ddp(rank: int, world_size: int) -> None:
+    """DDP broadcasts rank 0's buffers (the draw counters and seed keys among them) before
+    every forward: the device draws must still be the rank's own for ``'sample'`` and for
+    unshared ``'block'`` streams, and equal on every rank for shared ones."""
+    import torch.distributed as dist
+
+    from tests.test_distributed import gather_flat, rank_batch, tiny_resnet
+
+    for method, shared in (("sample", True), ("block", False), ("block", True)):
+        model = tiny_resnet()
+        F.apply_stochastic_depth(
+            model, method, "ResNetBasicBlock", drop_rate=0.5, use_same_gpu_seed=shared, seed=4
+        )
+        ddp = nn.parallel.DistributedDataParallel(model)
+        ddp.train()(rank_batch(rank, 0)[0])  # the broadcast of rank 0's buffers
+        blocks = [m for m in model.modules() if isinstance(m, F.StochasticBlock)]
+        ones = torch.ones(16, 1, 1, 1)
+        draws = torch.stack([b.device_scale(ones).flatten() for b in blocks for _ in range(4)])
+        gathered = gather_flat([draws])
+        same = all(torch.equal(g, gathered[0]) for g in gathered[1:])
+        assert same == (method == "block" and shared), f"{method}, shared={shared}: same={same}"
+    dist.barrier()
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.parametrize(
     "scenario",
-    [scenario_resume_stochastic_depth_sample, scenario_resume_stochastic_depth_block_per_rank],
-    ids=["sample", "block_per_rank"],
+    [
+        scenario_resume_stochastic_depth_sample,
+        scenario_resume_stochastic_depth_block_per_rank,
+        scenario_device_draws_per_rank_under_ddp,
+    ],
+    ids=["sample", "block_per_rank", "device_draws_per_rank"],
 )
 def test_stochastic_depth_under_ddp(scenario: Callable[[int, int], None]) -> None:
     from tests.test_distributed import launch

@@ -106,14 +106,14 @@ class _DropGenerators:
         self.seed = state["seed"]
         self.shared = state["shared"]
 
-    def keys(self, index: int) -> tuple[int, int, int]:
-        """Block ``index``'s 32-bit stream keys ``(key_a, key_b of 'block', key_b of 'sample')``.
+    def keys(self, index: int) -> tuple[int, int, int, int]:
+        """Block ``index``'s 32-bit stream keys ``(key_a, key_b, salt of 'block', salt of
+        'sample')``: a stream's ``key_b`` is ``key_b ^ salt``.
 
-        The ``'sample'`` stream is this rank's own (``key_b`` xored with a salt of the seed and
-        the rank), and so is the ``'block'`` one unless shared. Only ``key_b`` differs between
-        ranks: ``key_a`` and the seed-only ``key_b`` are the same everywhere.
+        ``key_a`` and ``key_b`` depend on the seed and the block only, so they may live in a
+        buffer that ``DistributedDataParallel`` overwrites with rank 0's; the salts (a hash of
+        the seed and this rank; 0 for the shared ``'block'`` stream) stay Python ints.
         """
         key = _mix(self.seed, index)
-        key_a, key_b = key & _M32, key >> 31 & _M32
         salt = _mix(self.seed ^ _SALT_DOMAIN, _rank()) & _M32
-        return key_a, key_b if self.shared else key_b ^ salt, key_b ^ salt
+        return key & _M32, key >> 31 & _M32, 0 if self.shared else salt, salt

@@ -82,7 +82,7 @@ class StochasticBlock(nn.Module):
     # Class-level defaults: blocks built directly (or pickled before these existed) have them.
     _stream_index: int = 0  # which of the model's streams this block draws from
     _draws: int = 0  # how many host decisions it has drawn (the position in its stream)
-    _stream_keys: tuple[int, int, int] = (0, 0, 0)  # key_a, key_b of 'block', of 'sample'
+    _stream_keys: tuple[int, int, int, int] = (0, 0, 0, 0)  # see _DropGenerators.keys
 
     def _init_stochastic(
         self,
@@ -111,7 +111,7 @@ class StochasticBlock(nn.Module):
         for name, shape in (
             ("drop_rate_units", ()),
             ("drop_draws", ()),
-            ("drop_stream_keys", (3,)),
+            ("drop_stream_keys", (2,)),
         ):
             zeros = torch.zeros(shape, dtype=torch.int64, device=device)
             self.register_buffer(name, zeros, persistent=False)
@@ -121,8 +121,8 @@ class StochasticBlock(nn.Module):
         generator), keeping the draw counts; the keys follow the generators' current seed."""
         self._drop_generators = generators
         self._stream_index = index
-        self._stream_keys = (0, 0, 0) if generators is None else generators.keys(index)
-        self._fill_buffer("drop_stream_keys", self._stream_keys)
+        self._stream_keys = (0, 0, 0, 0) if generators is None else generators.keys(index)
+        self._fill_buffer("drop_stream_keys", self._stream_keys[:2])
 
     def _fill_buffer(self, name: str, value: int | tuple[int, ...]) -> None:
         """Set an integer buffer outside the forward (an inference tensor made under
@@ -170,8 +170,8 @@ class StochasticBlock(nn.Module):
             object.__setattr__(self, "_draws", draw + 1)  # a plain int: skip Module.__setattr__
             if p == 0:
                 return None
-            key_a, key_b, _ = self._stream_keys
-            dropped = draw_bits(draw, key_a, key_b) >> _BITS_SHIFT < self._drop_units
+            key_a, key_b, salt, _ = self._stream_keys
+            dropped = draw_bits(draw, key_a, key_b ^ salt) >> _BITS_SHIFT < self._drop_units
         if dropped:
             return 0.0
         return 1.0 / (1.0 - p)
@@ -204,7 +204,8 @@ class StochasticBlock(nn.Module):
             keep = torch.rand(shape, device=branch.device) * _RATE_ONE >= units
         else:
             draws, keys = self.drop_draws, self.drop_stream_keys
-            bits = draw_bits(draws, keys[0], keys[1 if block else 2])
+            salt = self._stream_keys[2 if block else 3]  # this rank's: a constant, not a buffer
+            bits = draw_bits(draws, keys[0], keys[1] ^ salt if salt else keys[1])
             draws.add_(1)
             if not block:
                 bits = sample_bits(bits, branch.shape[0]).view(shape)
