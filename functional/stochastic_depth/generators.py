@@ -67,21 +67,24 @@ def _fmix32(x: Any) -> Any:
     return x ^ (x >> 16)
 
 
+def _spread(count: Any, key_a: Any, key_b: Any) -> Any:
+    """Draw number ``count`` of the stream ``(key_a, key_b)``, before the final mix: a
+    bijection of ``count`` under ``key_a``, xored with ``key_b``, so that two streams whose
+    first stages meet still differ (streams never repeat one another shifted)."""
+    return ((((count & _M32) ^ key_a) * _SPREAD) & _M32) ^ key_b
+
+
 def draw_bits(count: Any, key_a: Any, key_b: Any) -> Any:
     """32 random bits of draw number ``count`` of the stream keyed by the 32-bit ``key_a`` and
-    ``key_b``: ints, or int64 tensors (then the result is one, with the same bits).
-
-    Two stages, so that streams never repeat one another shifted: the first is a bijection of
-    ``count`` under ``key_a``; two streams whose first stages meet still differ by
-    ``key_b`` before the final mix.
-    """
-    x = (((count & _M32) ^ key_a) * _SPREAD) & _M32
-    return _fmix32(x ^ key_b)
+    ``key_b``: ints, or int64 tensors (then the result is one, with the same bits)."""
+    return _fmix32(_spread(count, key_a, key_b))
 
 
-def sample_bits(bits: torch.Tensor, batch: int) -> torch.Tensor:
-    """32 random bits per sample ``0 .. batch - 1`` of one draw's ``bits`` (a 0-d tensor)."""
-    return _fmix32(bits ^ torch.arange(batch, device=bits.device))
+def sample_bits(count: torch.Tensor, key_a: Any, key_b: Any, batch: int) -> torch.Tensor:
+    """32 random bits for each sample ``0 .. batch - 1`` of draw number ``count`` (a 0-d int64
+    tensor) of a stream; sample 0's are :func:`draw_bits`'."""
+    spread = _spread(count, key_a, key_b)
+    return _fmix32(spread ^ torch.arange(batch, device=spread.device))
 
 
 class _DropGenerators:

@@ -106,8 +106,7 @@ class StochasticBlock(nn.Module):
         self._attach_streams(generators, index)
 
     def _register_stochastic_buffers(self, device: torch.device | None) -> None:
-        # Non-persistent: the saved state is get_extra_state's. Integer buffers, so that
-        # ``model.to(dtype)`` leaves them exact.
+        # Non-persistent (get_extra_state saves them); integer: ``model.to(dtype)`` keeps them.
         for name, shape in (
             ("drop_rate_units", ()),
             ("drop_draws", ()),
@@ -205,10 +204,12 @@ class StochasticBlock(nn.Module):
         else:
             draws, keys = self.drop_draws, self.drop_stream_keys
             salt = self._stream_keys[2 if block else 3]  # this rank's: a constant, not a buffer
-            bits = draw_bits(draws, keys[0], keys[1] ^ salt if salt else keys[1])
+            key_b = keys[1] ^ salt if salt else keys[1]
+            if block:
+                bits = draw_bits(draws, keys[0], key_b)
+            else:
+                bits = sample_bits(draws, keys[0], key_b, branch.shape[0]).view(shape)
             draws.add_(1)
-            if not block:
-                bits = sample_bits(bits, branch.shape[0]).view(shape)
             keep = bits.to(branch.device) >> _BITS_SHIFT >= units
         denominator = (_RATE_ONE - units).to(torch.get_default_dtype())
         scale = torch.where(keep, _RATE_ONE / denominator, 0.0)
@@ -320,8 +321,7 @@ class StochasticBlock(nn.Module):
             self._attach_streams(gens, self._stream_index)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Unpickle; a block pickled before it counted its device draws gets its counter and
-        stream keys (its device draws then start from the beginning of its stream)."""
+        """Unpickle; a block pickled before it counted device draws gets a counter at 0."""
         super().__setstate__(state)
         units = self._buffers.get("drop_rate_units")
         if units is not None and "drop_draws" not in self._buffers:

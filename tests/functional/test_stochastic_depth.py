@@ -289,6 +289,24 @@ def test_models_pickled_before_the_package_split_still_load():
     assert restored.drop_rate == 0.3
 
 
+def test_blocks_pickled_before_device_draws_were_counted_still_load_and_draw():
+    """A block pickled before it had the buffers ``drop_draws`` and ``drop_stream_keys`` gets
+    them on unpickling: its device draws start at the beginning of its stream, as a fresh
+    block's do."""
+    model = torchvision.models.resnet.ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10)
+    apply_stochastic_depth(model, "sample", "ResNetBasicBlock", drop_rate=0.5, seed=3)
+    block = model.layer2[0]
+    old = copy.copy(block)  # the old layout: no counter, no keys, no cached rate units
+    old._buffers = {k: v for k, v in old._buffers.items() if k == "drop_rate_units"}
+    del old.__dict__["_drop_units"]
+    restored = pickle.loads(pickle.dumps(old))
+    assert int(restored.drop_draws) == 0 and torch.equal(
+        restored.drop_rate_units, block.drop_rate_units
+    )
+    ones = torch.ones(64, 1, 1, 1)
+    assert torch.equal(restored.device_scale(ones), block.device_scale(ones))
+
+
 @pytest.mark.parametrize("method", ["block", "sample"])
 def test_meta_device_forward(method):
     """Issue 13.8: shape-only model building on the meta device works in both modes."""
