@@ -308,31 +308,28 @@ def test_stochastic_depth_timm_vit() -> None:
 
 @pytest.mark.slow
 @pytest.mark.compile
-def test_stochastic_depth_compiled() -> None:
-    """Compiled, the decisions come from torch's default generator: saving and restoring
-    ``torch.get_rng_state()`` (and each CUDA device's) resumes them."""
+@pytest.mark.parametrize("method", ["block", "sample"])
+def test_stochastic_depth_compiled(method: str) -> None:
+    """Compiled, the decisions hash (seed, block, draw count) on the device: the model's
+    ``state_dict()`` alone resumes them (torch's RNG state is not saved, and the harness
+    reseeds it differently before the resumed half)."""
     torch._dynamo.reset()
 
     def make(seed: int) -> Objects:
         model = small_resnet(seed)
-        F.apply_stochastic_depth(model, "sample", "ResNetBasicBlock", drop_rate=0.5, seed=3)
+        F.apply_stochastic_depth(model, method, "ResNetBasicBlock", drop_rate=0.5)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        return {"model": model, "forward": torch.compile(model, backend="aot_eager"), "opt": opt}
+        forward = torch.compile(model, backend="aot_eager", fullgraph=True)
+        return {"model": model, "forward": forward, "opt": opt}
 
     def step(objs: Objects, i: int) -> None:
         x, y = _batch(i)
+        objs["model"].train()
         objs["opt"].zero_grad(set_to_none=True)
         nnf.cross_entropy(objs["forward"](x), y).backward()
         objs["opt"].step()
 
-    def save(objs: Objects) -> dict[str, Any]:
-        return {**_model_and_opt(objs), "torch_rng": torch.get_rng_state()}
-
-    def load(objs: Objects, ck: dict[str, Any]) -> None:
-        _load_model_and_opt(objs, ck)
-        torch.set_rng_state(ck["torch_rng"])
-
-    assert_resumes_exactly(make, step, save, load, steps=4)
+    assert_resumes_exactly(make, step, _model_and_opt, _load_model_and_opt, steps=4)
 
 
 def test_layer_freezing() -> None:
@@ -507,12 +504,40 @@ def scenario_resume_stochastic_depth_block_per_rank(rank: int, world_size: int) 
     _ddp_stochastic_depth_resume(rank, world_size, "block")
 
 
+def scenario_device_draws_per_rank_under_ddp(rank: int, world_size: int) -> None:
+    """DDP broadcasts rank 0's buffers (the draw counters and seed keys among them) before
+    every forward: the device draws must still be the rank's own for ``'sample'`` and for
+    unshared ``'block'`` streams, and equal on every rank for shared ones."""
+    import torch.distributed as dist
+
+    from tests.test_distributed import gather_flat, rank_batch, tiny_resnet
+
+    for method, shared in (("sample", True), ("block", False), ("block", True)):
+        model = tiny_resnet()
+        F.apply_stochastic_depth(
+            model, method, "ResNetBasicBlock", drop_rate=0.5, use_same_gpu_seed=shared, seed=4
+        )
+        ddp = nn.parallel.DistributedDataParallel(model)
+        ddp.train()(rank_batch(rank, 0)[0])  # the broadcast of rank 0's buffers
+        blocks = [m for m in model.modules() if isinstance(m, F.StochasticBlock)]
+        ones = torch.ones(16, 1, 1, 1)
+        draws = torch.stack([b.device_scale(ones).flatten() for b in blocks for _ in range(4)])
+        gathered = gather_flat([draws])
+        same = all(torch.equal(g, gathered[0]) for g in gathered[1:])
+        assert same == (method == "block" and shared), f"{method}, shared={shared}: same={same}"
+    dist.barrier()
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.parametrize(
     "scenario",
-    [scenario_resume_stochastic_depth_sample, scenario_resume_stochastic_depth_block_per_rank],
-    ids=["sample", "block_per_rank"],
+    [
+        scenario_resume_stochastic_depth_sample,
+        scenario_resume_stochastic_depth_block_per_rank,
+        scenario_device_draws_per_rank_under_ddp,
+    ],
+    ids=["sample", "block_per_rank", "device_draws_per_rank"],
 )
 def test_stochastic_depth_under_ddp(scenario: Callable[[int, int], None]) -> None:
     from tests.test_distributed import launch

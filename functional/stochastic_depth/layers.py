@@ -14,7 +14,7 @@ from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
 from functional._args import check_bool, check_int, check_one_of, check_probability
-from functional.stochastic_depth.generators import _DropGenerators
+from functional.stochastic_depth.generators import _DropGenerators, draw_bits, sample_bits
 
 __all__ = ["StochasticBasicBlock", "StochasticBlock", "StochasticBottleneck"]
 
@@ -26,10 +26,12 @@ _METHODS = ("block", "sample")
 # exact (dtype conversions touch floating buffers only).
 _RATE_BITS = 24
 _RATE_ONE = 1 << _RATE_BITS
+_BITS_SHIFT = 32 - _RATE_BITS  # a draw's top 24 bits, compared with the rate's units
 
 
 # The format of the stochastic state in ``state_dict()`` (see StochasticBlock.get_extra_state).
-_STATE_VERSION = 1
+_STATE_VERSION = 2
+_STATE_SIZE = 5
 _EXTRA_STATE_KEY = "_extra_state"  # torch.nn.modules.module._EXTRA_STATE_KEY_SUFFIX
 
 
@@ -47,19 +49,23 @@ class StochasticBlock(nn.Module):
 
     How a decision is made (see :func:`apply_stochastic_depth` for the trade-offs):
 
-    - eager ``'block'`` with ``skip_dropped=True`` (default): drawn on the host from a CPU
-      stream before the branch runs; a dropped branch is never computed. A host decision, not a
-      device read: nothing waits for the device.
+    - eager ``'block'`` with ``skip_dropped=True`` (default): drawn on the host (integer
+      arithmetic on Python ints) before the branch runs; a dropped branch is never computed. A
+      host decision, not a device read: nothing waits for the device.
     - ``'block'`` under ``torch.compile``, or eager with ``skip_dropped=False``: a 0-d device
       tensor ``m`` (0 or ``1/(1-p)``) multiplies the branch, which always runs.
     - ``'sample'``: a ``(B, 1, ...)`` device tensor, drawn on the branch's device.
 
-    Under ``torch.compile`` the rate is read from the 0-d buffer ``drop_rate_units`` (``p`` in
-    units of ``2**-24``), so changing ``drop_rate`` never recompiles, and the draws come from
-    torch's default generator of the device (dynamo cannot trace a ``torch.Generator``): seed it
-    (``torch.manual_seed``) on every rank for reproducible or rank-shared decisions.
+    The device decisions read the rate from the 0-d buffer ``drop_rate_units`` (``p`` in units
+    of ``2**-24``), so changing ``drop_rate`` never recompiles, and hash the block's stream keys
+    (buffer ``drop_stream_keys``) with its count of device draws (0-d buffer ``drop_draws``,
+    incremented in place by every training forward) using int64 tensor operations: no
+    generator, no global random state, no host read, the same draws eager and compiled. The
+    host decisions hash the same keys with their own count, so a fresh eager run and a fresh
+    compiled run drop the same blocks. A block given no streams (built directly, not by
+    :func:`apply_stochastic_depth`) draws from torch's default generator instead.
 
-    Saved state: :meth:`get_extra_state` puts the rate, the number of decisions drawn and the
+    Saved state: :meth:`get_extra_state` puts the rate, the numbers of decisions drawn and the
     model's seed in ``state_dict()``; loading restores them (a state dict without them loads
     too, ``strict=True`` included, and leaves them as they are).
     """
@@ -67,12 +73,16 @@ class StochasticBlock(nn.Module):
     stochastic_method: str
     skip_dropped: bool
     drop_rate_units: torch.Tensor
+    drop_draws: torch.Tensor
+    drop_stream_keys: torch.Tensor
     _drop_rate: float
+    _drop_units: int
     _drop_rate_share: float
     _drop_generators: _DropGenerators | None
     # Class-level defaults: blocks built directly (or pickled before these existed) have them.
     _stream_index: int = 0  # which of the model's streams this block draws from
-    _draws: int = 0  # how many decisions it has drawn (the position in its stream)
+    _draws: int = 0  # how many host decisions it has drawn (the position in its stream)
+    _stream_keys: tuple[int, int, int, int] = (0, 0, 0, 0)  # see _DropGenerators.keys
 
     def _init_stochastic(
         self,
@@ -87,16 +97,42 @@ class StochasticBlock(nn.Module):
         check_one_of(stochastic_method, "stochastic_method", _METHODS)
         check_bool(skip_dropped, "skip_dropped")
         device = next((t.device for t in (*self.parameters(), *self.buffers())), None)
-        self.register_buffer(
-            "drop_rate_units", torch.zeros((), dtype=torch.int64, device=device), persistent=False
-        )
+        self._register_stochastic_buffers(device)
         self.drop_rate = drop_rate
         self.stochastic_method = stochastic_method
         self.skip_dropped = skip_dropped
         self._drop_rate_share = share
+        self._draws = 0
+        self._attach_streams(generators, index)
+
+    def _register_stochastic_buffers(self, device: torch.device | None) -> None:
+        # Non-persistent (get_extra_state saves them); integer: ``model.to(dtype)`` keeps them.
+        for name, shape in (
+            ("drop_rate_units", ()),
+            ("drop_draws", ()),
+            ("drop_stream_keys", (2,)),
+        ):
+            zeros = torch.zeros(shape, dtype=torch.int64, device=device)
+            self.register_buffer(name, zeros, persistent=False)
+
+    def _attach_streams(self, generators: _DropGenerators | None, index: int) -> None:
+        """Draw from block ``index``'s streams of ``generators`` (``None``: from torch's default
+        generator), keeping the draw counts; the keys follow the generators' current seed."""
         self._drop_generators = generators
         self._stream_index = index
-        self._draws = 0
+        self._stream_keys = (0, 0, 0, 0) if generators is None else generators.keys(index)
+        self._fill_buffer("drop_stream_keys", self._stream_keys[:2])
+
+    def _fill_buffer(self, name: str, value: int | tuple[int, ...]) -> None:
+        """Set an integer buffer outside the forward (an inference tensor made under
+        ``torch.inference_mode`` is replaced rather than written)."""
+        buffer = self._buffers.get(name)
+        if buffer is None:
+            return
+        if buffer.is_inference() and not torch.is_inference_mode_enabled():
+            self._buffers[name] = buffer = torch.empty_like(buffer)
+        with torch.no_grad():
+            buffer.fill_(value) if isinstance(value, int) else buffer.copy_(torch.tensor(value))
 
     @property
     def drop_rate(self) -> float:
@@ -112,75 +148,71 @@ class StochasticBlock(nn.Module):
         if getattr(self, "_drop_rate", None) == p:
             return
         self._drop_rate = p
-        units = self._buffers.get("drop_rate_units")
-        if units is None:
-            return
-        if units.is_inference() and not torch.is_inference_mode_enabled():
-            self._buffers["drop_rate_units"] = torch.full_like(units, _rate_units(p))
-        else:
-            with torch.no_grad():
-                units.fill_(_rate_units(p))
+        self._drop_units = _rate_units(p)
+        self._fill_buffer("drop_rate_units", self._drop_units)
 
     def block_scale(self) -> float | None:
         """This forward's eager ``'block'`` decision, drawn on the host: ``0.0`` (dropped) or
-        ``1 / (1 - p)`` (kept); ``None`` outside training, at rate 0 or in ``'sample'`` mode."""
+        ``1 / (1 - p)`` (kept); ``None`` outside training, at rate 0 or in ``'sample'`` mode.
+
+        Every call in training counts as a draw, at rate 0 too, as the compiled graph's do.
+        """
         if not self.training or self.stochastic_method != "block":
             return None
         p = self._drop_rate
-        if p == 0:
-            return None
-        gens = self._drop_generators
-        draw = gens.uniform(self._stream_index, self._next_draw()) if gens is not None else None
-        if draw is None:
-            draw = float(torch.rand(()))
-        if draw < p:
+        if self._drop_generators is None:
+            if p == 0:
+                return None
+            dropped = float(torch.rand(())) < p
+        else:
+            draw = self._draws
+            object.__setattr__(self, "_draws", draw + 1)  # a plain int: skip Module.__setattr__
+            if p == 0:
+                return None
+            key_a, key_b, salt, _ = self._stream_keys
+            dropped = draw_bits(draw, key_a, key_b ^ salt) >> _BITS_SHIFT < self._drop_units
+        if dropped:
             return 0.0
         return 1.0 / (1.0 - p)
 
-    def _next_draw(self) -> int:
-        """The number of this draw in the block's stream (then one more has been drawn)."""
-        draw = self._draws
-        object.__setattr__(self, "_draws", draw + 1)  # a plain int: skip Module.__setattr__ (3 us)
-        return draw
-
-    def _generator(self, device: torch.device, *, shared: bool) -> torch.Generator | None:
-        gens = self._drop_generators
-        if gens is None or device.type == "meta":
-            return None
-        return gens.generator(device, self._stream_index, self._next_draw(), shared=shared)
-
     def sample_scale(self, branch: torch.Tensor) -> torch.Tensor | None:
         """The ``'sample'`` factors, a (B, 1, ...) tensor of 0 or ``1 / (1 - p)`` drawn on the
-        branch's device; ``None`` outside training, at rate 0 or in ``'block'`` mode."""
+        branch's device; ``None`` outside training, at rate 0 (eager) or in ``'block'`` mode."""
         if not self.training or self.stochastic_method != "sample":
             return None
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or self._drop_rate != 0:
             return self.device_scale(branch)
-        p = self._drop_rate
-        if p == 0:
-            return None
-        generator = self._generator(branch.device, shared=False)
-        shape = (branch.shape[0],) + (1,) * (branch.ndim - 1)
-        keep = (torch.rand(shape, device=branch.device, generator=generator) >= p).to(branch.dtype)
-        return keep * (1.0 / (1.0 - p)) if p < 1 else keep
+        if self._drop_generators is not None:
+            self.drop_draws.add_(1)  # the draw a compiled graph makes: the streams stay aligned
+        return None
 
     def device_scale(self, branch: torch.Tensor) -> torch.Tensor:
         """The drop factors as a device tensor, ``0`` or ``1 / (1 - p)`` in ``branch``'s dtype:
         0-d in ``'block'`` mode, ``(B, 1, ...)`` in ``'sample'`` mode.
 
         Reads ``p`` from the buffer ``drop_rate_units`` (never from the Python float), so a
-        compiled graph does not specialise on the rate. Eager calls draw from the model's
-        generator of the device; compiled ones from torch's default generator.
+        compiled graph does not specialise on the rate, and draws by hashing the buffers
+        ``drop_stream_keys`` and ``drop_draws`` (then increments ``drop_draws``): the same
+        draws eager and compiled, and none of torch's random state. A block without streams
+        draws from torch's default generator.
         """
         units = self.drop_rate_units.to(branch.device)
         block = self.stochastic_method == "block"
         shape = () if block else (branch.shape[0],) + (1,) * (branch.ndim - 1)
-        generator = None
-        if not torch.compiler.is_compiling():
-            generator = self._generator(branch.device, shared=block)
-        draw = torch.rand(shape, device=branch.device, generator=generator)
-        keep = draw * _RATE_ONE >= units  # draws are multiples of 2**-24: exact
-        scale = torch.where(keep, _RATE_ONE / (_RATE_ONE - units).to(draw.dtype), 0.0)
+        if self._drop_generators is None:
+            keep = torch.rand(shape, device=branch.device) * _RATE_ONE >= units
+        else:
+            draws, keys = self.drop_draws, self.drop_stream_keys
+            salt = self._stream_keys[2 if block else 3]  # this rank's: a constant, not a buffer
+            key_b = keys[1] ^ salt if salt else keys[1]
+            if block:
+                bits = draw_bits(draws, keys[0], key_b)
+            else:
+                bits = sample_bits(draws, keys[0], key_b, branch.shape[0]).view(shape)
+            draws.add_(1)
+            keep = bits.to(branch.device) >> _BITS_SHIFT >= units
+        denominator = (_RATE_ONE - units).to(torch.get_default_dtype())
+        scale = torch.where(keep, _RATE_ONE / denominator, 0.0)
         return scale.to(branch.dtype)
 
     def _use_device_decision(self) -> bool:
@@ -246,38 +278,57 @@ class StochasticBlock(nn.Module):
     def get_extra_state(self) -> torch.Tensor:
         """What resuming needs, saved in ``state_dict()`` under ``<block>._extra_state``.
 
-        A CPU int64 tensor ``[1, bits of drop_rate, draws, seed]``: the format version, the
-        drop rate as the bits of its float64 (exact: the rate set last with
-        :func:`set_stochastic_depth_drop_rate`), how many decisions the block has drawn, and
-        the model's seed (``-1`` for a block without generators, which draws from torch's
-        default one). A tensor, so that ``torch.load(..., weights_only=True)``, distributed
-        checkpoints and EMA state dicts take it as they take any integer buffer.
+        A CPU int64 tensor ``[2, bits of drop_rate, host draws, seed, device draws]``: the format
+        version, the drop rate as the bits of its float64 (exact: the rate set last with
+        :func:`set_stochastic_depth_drop_rate`), how many host and device decisions the block
+        has drawn, and the model's seed (``-1`` for a block without streams, which draws from
+        torch's default generator). A tensor, so that ``torch.load(..., weights_only=True)``,
+        distributed checkpoints and EMA state dicts take it as they take any integer buffer.
+        Reads the device draw count (one device-to-host copy, at save time only).
         """
         gens = self._drop_generators
         seed = -1 if gens is None else gens.seed
         bits = struct.unpack("<q", struct.pack("<d", self._drop_rate))[0]
-        return torch.tensor([_STATE_VERSION, bits, self._draws, seed], dtype=torch.int64)
+        draws = self._buffers.get("drop_draws")
+        device_draws = 0 if draws is None or draws.is_meta else int(draws)
+        state = [_STATE_VERSION, bits, self._draws, seed, device_draws]
+        return torch.tensor(state, dtype=torch.int64)
 
     def set_extra_state(self, state: Any) -> None:
-        """Restore what :meth:`get_extra_state` saved: the drop rate, the block's position in
-        its stream and the model's seed (kept when the saved block had no generators)."""
+        """Restore what :meth:`get_extra_state` saved: the drop rate, the block's positions in
+        its streams and the model's seed (kept when the saved block had no streams)."""
         if not (
             isinstance(state, torch.Tensor)
             and state.dtype == torch.int64
-            and state.shape == (4,)
+            and state.shape == (_STATE_SIZE,)
             and int(state[0]) == _STATE_VERSION
         ):
             raise ValueError(
                 f"the stochastic depth state of a {type(self).__name__} must be an int64 tensor "
-                f"[{_STATE_VERSION}, rate bits, draws, seed] as saved by get_extra_state, got "
-                f"{state!r}"
+                f"[{_STATE_VERSION}, rate bits, host draws, seed, device draws] as saved by "
+                f"get_extra_state, got {state!r}"
             )
-        _, bits, draws, seed = (int(v) for v in state.tolist())
+        _, bits, draws, seed, device_draws = (int(v) for v in state.tolist())
         rate = struct.unpack("<d", struct.pack("<q", bits))[0]
         self._set_drop_rate(check_probability(rate, "the saved drop_rate"))
-        self._draws = check_int(draws, "the saved draw count", minimum=0)
-        if seed >= 0 and self._drop_generators is not None:
-            self._drop_generators.seed = seed
+        self._draws = check_int(draws, "the saved host draw count", minimum=0)
+        self._fill_buffer(
+            "drop_draws", check_int(device_draws, "the saved device draw count", minimum=0)
+        )
+        gens = self._drop_generators
+        if seed >= 0 and gens is not None:
+            gens.seed = seed
+            self._attach_streams(gens, self._stream_index)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle; a block pickled before it counted device draws gets a counter at 0."""
+        super().__setstate__(state)
+        units = self._buffers.get("drop_rate_units")
+        if units is not None and "drop_draws" not in self._buffers:
+            self._register_stochastic_buffers(units.device)
+            self._fill_buffer("drop_rate_units", _rate_units(self._drop_rate))
+            object.__setattr__(self, "_drop_units", _rate_units(self._drop_rate))
+            self._attach_streams(self._drop_generators, self._stream_index)
 
     def _load_from_state_dict(
         self,

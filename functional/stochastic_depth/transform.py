@@ -58,11 +58,12 @@ def apply_stochastic_depth(
     for the device.
 
     Checkpoints: each converted block saves its drop rate (as last set by
-    :func:`set_stochastic_depth_drop_rate`), how many decisions it has drawn and the seed in
-    ``model.state_dict()`` (``<block>._extra_state``, a 4-element int64 tensor), so a model
-    converted afresh (any ``seed``) that loads the state dict continues with exactly the
-    decisions the uninterrupted run would have drawn, on every rank, from a checkpoint saved on
-    rank 0. A state dict without that state (of the unconverted model, or saved by an older
+    :func:`set_stochastic_depth_drop_rate`), how many decisions it has drawn (on the host and on
+    the device) and the seed in ``model.state_dict()`` (``<block>._extra_state``, a 5-element
+    int64 tensor), so a model converted afresh (any ``seed``) that loads the state dict
+    continues with exactly the decisions the uninterrupted run would have drawn, eager or
+    under ``torch.compile``, on every rank, from a checkpoint saved on rank 0; torch's RNG
+    state is not needed. A state dict without that state (of the unconverted model, or saved by an older
     version) still loads with ``strict=True``; the blocks then keep their rate and streams.
     To load a converted model's state dict into an unconverted model, drop the keys ending in
     ``._extra_state`` (or pass ``strict=False``).
@@ -86,10 +87,11 @@ def apply_stochastic_depth(
     gradients are zero. A host decision cannot be traced: compiled, it would be drawn once and
     replayed at every step. Use the default in eager training (the saving grows with ``drop_rate``); under
     ``torch.compile`` the device decision is used whatever ``skip_dropped`` says (measured on
-    a CPU ResNet in ``benchmarks/models.py``). Compiled draws come from torch's default
-    generator of the device (dynamo cannot trace a ``torch.Generator``), not from ``seed``: to
-    resume them exactly, save and restore ``torch.get_rng_state()`` (and
-    ``torch.cuda.get_rng_state_all()``) with the checkpoint.
+    a CPU ResNet in ``benchmarks/models.py``). Device decisions, eager or compiled, use no
+    ``torch.Generator`` and none of torch's random state: they hash the block's keys and its
+    count of device draws (a 0-d buffer the forward increments) with integer tensor
+    operations, so they are the same eager and compiled, and the host decisions hash the same
+    keys (a fresh eager run and a fresh compiled run drop the same blocks).
 
     timm: the blocks of timm's ResNets (``'TimmResNetBasicBlock'``, ``'TimmResNetBottleneck'``),
     ConvNeXt (``'TimmConvNeXtBlock'``), ViT and DeiT (``'TimmViTBlock'``: its two residual

@@ -30,6 +30,7 @@ from torchvision.models.resnet import BasicBlock
 
 import functional as F
 from functional.stochastic_depth import StochasticBasicBlock
+from functional.stochastic_depth.generators import _DropGenerators
 from tests.devicecheck import compile_counter, no_host_reads
 
 pytestmark = pytest.mark.compile
@@ -133,7 +134,7 @@ def assert_same_training(
     eager_state = eager.state_dict() if buffers else dict(eager.named_parameters())
     for (name, a), (_, b) in zip(state.items(), eager_state.items(), strict=True):
         if name.endswith("._extra_state"):
-            continue  # stream positions: compiled draws come from torch's generator instead
+            continue  # draw counts: skipped eager branches count host draws, compiled device ones
         if a.is_floating_point():
             torch.testing.assert_close(a, b, rtol=weight_tol, atol=weight_tol, msg=name)
         else:
@@ -266,13 +267,20 @@ def test_stochastic_depth_eval_compiled_is_the_original(method: str) -> None:
 
 class _Parallel(nn.Module):
     """Four independent stochastic blocks applied to the same input: each output shows whether
-    that block dropped its branch (output == relu(x)) in this step."""
+    that block dropped its branch (output == relu(x)) in this step. With a ``seed``, the blocks
+    draw from the streams ``apply_stochastic_depth`` would give them (else from torch's
+    default generator)."""
 
-    def __init__(self, method: str) -> None:
+    def __init__(self, method: str, seed: int | None = None, **kwargs) -> None:
         super().__init__()
         self.blocks = nn.ModuleList(
-            StochasticBasicBlock(4, 4, drop_rate=0.5, stochastic_method=method) for _ in range(4)
+            StochasticBasicBlock(4, 4, drop_rate=0.5, stochastic_method=method, **kwargs)
+            for _ in range(4)
         )
+        if seed is not None:
+            streams = _DropGenerators(seed, shared=True)
+            for index, block in enumerate(self.blocks):
+                block._attach_streams(streams, index)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.stack([block(x) for block in self.blocks])
@@ -306,6 +314,46 @@ def test_compiled_decisions_change_every_step(method: str) -> None:
         assert all(p[0::2] == p[1::2] for p in patterns)
     rates = [sum(slot) / len(slot) for slot in per_slot]
     assert 0.15 < sum(rates) / len(rates) < 0.85
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("method", ["block", "sample"])
+def test_compiled_draws_are_the_eager_ones_and_ignore_torch_rng(method: str, backend: str) -> None:
+    """Issue 24: with the model's streams, a decision is a function of (seed, block, draw
+    number) computed on the device, eager or compiled: 24 compiled steps drop exactly what the
+    eager device path drops (and, in 'block' mode, what the eager host path drops), whatever
+    torch's global generator is seeded with between steps; one graph; fresh decisions.
+    Inductor: its generated integer code hashes as eager does."""
+    torch.manual_seed(0)
+    model = _Parallel(method, seed=11).train()
+    eager = [_Parallel(method, seed=11, skip_dropped=False).train()]
+    if method == "block":
+        eager.append(_Parallel(method, seed=11).train())  # host decisions (skip_dropped=True)
+    for other in eager:
+        other.load_state_dict(model.state_dict())
+    torch._dynamo.reset()
+    compiled, counter = compile_counter(model, backend=backend)
+    x = torch.randn(2, 4, 5, 5, generator=torch.Generator().manual_seed(0))
+    patterns = []
+    with torch.no_grad():
+        for step in range(24):
+            torch.manual_seed(step)
+            patterns.append(_dropped(compiled(x), x))
+            torch.manual_seed(1000 + step)
+            assert [_dropped(other(x), x) for other in eager] == [patterns[-1]] * len(eager)
+    assert counter.frame_count == 1
+    assert len(set(patterns)) >= 8, f"only {len(set(patterns))} distinct decisions in 24 steps"
+    assert all(int(block.drop_draws) == 24 for block in model.blocks)
+
+
+def test_eager_device_draws_read_nothing_on_the_host() -> None:
+    """The eager device decisions ('sample', and 'block' with skip_dropped=False) hash and count
+    on the device: no tensor value is read on the host."""
+    x = torch.randn(2, 4, 5, 5, generator=torch.Generator().manual_seed(0))
+    for model in (_Parallel("sample", seed=3), _Parallel("block", seed=3, skip_dropped=False)):
+        with no_host_reads():
+            model.train()(x)
+        assert all(int(block.drop_draws) == 1 for block in model.blocks)
 
 
 def test_new_rates_do_not_recompile_and_are_used() -> None:

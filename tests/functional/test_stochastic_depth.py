@@ -289,6 +289,24 @@ def test_models_pickled_before_the_package_split_still_load():
     assert restored.drop_rate == 0.3
 
 
+def test_blocks_pickled_before_device_draws_were_counted_still_load_and_draw():
+    """A block pickled before it had the buffers ``drop_draws`` and ``drop_stream_keys`` gets
+    them on unpickling: its device draws start at the beginning of its stream, as a fresh
+    block's do."""
+    model = torchvision.models.resnet.ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10)
+    apply_stochastic_depth(model, "sample", "ResNetBasicBlock", drop_rate=0.5, seed=3)
+    block = model.layer2[0]
+    old = copy.copy(block)  # the old layout: no counter, no keys, no cached rate units
+    old._buffers = {k: v for k, v in old._buffers.items() if k == "drop_rate_units"}
+    del old.__dict__["_drop_units"]
+    restored = pickle.loads(pickle.dumps(old))
+    assert int(restored.drop_draws) == 0 and torch.equal(
+        restored.drop_rate_units, block.drop_rate_units
+    )
+    ones = torch.ones(64, 1, 1, 1)
+    assert torch.equal(restored.device_scale(ones), block.device_scale(ones))
+
+
 @pytest.mark.parametrize("method", ["block", "sample"])
 def test_meta_device_forward(method):
     """Issue 13.8: shape-only model building on the meta device works in both modes."""
@@ -305,7 +323,7 @@ def test_device_decisions_without_skipping():
     """skip_dropped=False: every branch runs and every parameter gets a gradient (no
     find_unused_parameters under DDP); the decisions keep the rate and the 1/(1-p) scale."""
     block = StochasticBasicBlock(4, 4, drop_rate=0.25, skip_dropped=False).train()
-    block._drop_generators = generators._DropGenerators(5, shared=True)
+    block._attach_streams(generators._DropGenerators(5, shared=True), 0)
     branch = torch.ones(1, 1, 1, 1)
     scales = torch.stack([block.device_scale(branch) for _ in range(4000)]).flatten()
     assert set(scales.tolist()) <= {0.0, torch.tensor(1 / 0.75).item()}
@@ -455,7 +473,7 @@ def test_state_dict_holds_rate_stream_and_seed_and_restores_them(tmp_path):
     _decisions(model, 3)
     state = model.state_dict()
     extra = state["layer2.0._extra_state"]
-    assert extra.dtype == torch.int64 and extra.shape == (4,) and extra[2] == 3
+    assert extra.dtype == torch.int64 and extra.shape == (5,) and extra[2] == 3 and extra[4] == 0
     torch.save(state, tmp_path / "model.pt")
     fresh = _converted(seed=123, rate=0.9)
     fresh.load_state_dict(torch.load(tmp_path / "model.pt", weights_only=True), strict=True)
