@@ -269,6 +269,11 @@ class CountingMode(TorchDispatchMode):
         flat: list[Any],
         on_device: bool,
     ) -> Any:
+        if name.startswith("_fused_sgd_") and any(
+            isinstance(t, torch.Tensor) and t.is_meta for t in flat
+        ):
+            self._fused_sgd(args, kwargs)
+            return None
         sync = self._sync(name, args, kwargs, on_device)
         if sync:
             placeholder = _placeholder(name, args, kwargs)
@@ -278,6 +283,20 @@ class CountingMode(TorchDispatchMode):
         if not sync:
             self._record(func, name, args, kwargs, flat, out, on_device)
         return out
+
+    def _fused_sgd(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Count torch's fused SGD (no Meta kernel): a multi-tensor apply over the parameters,
+        gradients and momenta; it reads them all, writes the parameters and momenta, and writes
+        the gradients only when it unscales them (``grad_scale``)."""
+        params, grads, momenta = (list(a) for a in args[:3])
+        lists = [lst for lst in (params, grads, momenta) if lst]
+        launches = _multi_tensor_launches([t.numel() for t in params], len(lists))
+        self.counts.launches += launches
+        self.counts.by_op["_fused_sgd_"] += launches
+        size = sum(_distinct_bytes(t) for t in params)
+        self.counts.read += size * len(lists)
+        written = 1 + (1 if momenta else 0) + (1 if kwargs.get("grad_scale") is not None else 0)
+        self.counts.written += size * written
 
     def _sync(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], dev: bool) -> bool:
         if name in ("_to_copy", "copy_"):

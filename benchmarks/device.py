@@ -200,7 +200,29 @@ def _ours_layers() -> dict[str, Case]:
         m = nn.Sequential(nn.Conv2d(256, 256, 3, padding=1, bias=False), nn.Identity())
         return F.apply_weight_standardization(m)
 
+    def stochastic(method: str, skip_dropped: bool) -> Callable[[], nn.Module]:
+        def make() -> nn.Module:
+            import torchvision
+
+            blocks = [torchvision.models.resnet.Bottleneck(1024, 256) for _ in range(4)]
+            return F.apply_stochastic_depth(
+                nn.Sequential(*blocks),
+                method,
+                "ResNetBottleneck",
+                drop_rate=0.5,
+                drop_distribution="uniform",
+                seed=0,
+                skip_dropped=skip_dropped,
+            )
+
+        return make
+
+    sd_shape = (2, 1024, 14, 14)
     return {
+        "stochastic depth 'block' forward (device decision)": _forward(
+            stochastic("block", False), sd_shape
+        ),
+        "stochastic depth 'sample' forward": _forward(stochastic("sample", True), sd_shape),
         "BlurConv2d forward": _forward(blurconv, (LAYER_BATCH, 128, 56, 56)),
         "BlurMaxPool2d forward": _forward(blurmax, (LAYER_BATCH, 64, 112, 112)),
         "GhostBatchNorm2d forward": _forward(ghost, (256, 64, 28, 28)),

@@ -186,16 +186,15 @@ def _fused_lerp_(
 ) -> bool:
     r"""The EMA step with a tensor ``smoothing`` as one multi-tensor kernel; False if not taken.
 
-        ``torch._foreach_lerp_`` takes its weight as a host number or as one tensor per tensor
-        (``[w] * n`` leaves the multi-tensor fast path: a kernel per tensor). The EMA step is
-        one SGD step of learning rate :math:`1 - s` on :math:`	frac12\lVert w_	ext{ema} -
-        w_	ext{model}
-    Vert^2`, and torch's fused SGD reads its learning rate from a device
-        tensor: with the model as the "gradient", weight decay -1 and learning rate :math:`s - 1`
-        it computes :math:`w_	ext{ema} + (1 - s)(w_	ext{model} - w_	ext{ema})` in one pass,
-        reading both sides once and writing the EMA once (float32 arithmetic for bfloat16 and
-        float16, the product in double for float32), and writes nothing else. The kernel walks
-        memory, so every pair must have the same strides and fill its memory densely.
+    ``torch._foreach_lerp_`` takes its weight as a host number or as one tensor per tensor
+    (``[w] * n`` leaves the multi-tensor fast path: a kernel per tensor). The EMA step is one SGD
+    step of learning rate :math:`1 - s` on :math:`\tfrac12\lVert w_\text{ema} -
+    w_\text{model}\rVert^2`, and torch's fused SGD reads its learning rate from a device tensor:
+    with the model as the "gradient", weight decay -1 and learning rate :math:`s - 1` it computes
+    :math:`w_\text{ema} + (1 - s)(w_\text{model} - w_\text{ema})` in one pass, reading both
+    sides once and writing the EMA once (float32 arithmetic for bfloat16 and float16, the
+    product in double for float32), and writes nothing else. The kernel walks memory, so every
+    pair must have the same strides and fill its memory densely.
     """
     if dtype not in (torch.float32, *LOW_PRECISION) or not all(
         map(_same_dense_layout, ema_list, model_list)
