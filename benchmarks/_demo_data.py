@@ -117,7 +117,9 @@ def load_fashion_mnist(directory: Path) -> Dataset:
     for part in ("train", "test"):
         x, y = arrays[f"x_{part}"], arrays[f"y_{part}"]
         if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
-            raise ValueError(f"{directory}: {part} images {tuple(x.shape)}, labels {tuple(y.shape)}")
+            raise ValueError(
+                f"{directory}: {part} images {tuple(x.shape)}, labels {tuple(y.shape)}"
+            )
     return Dataset(
         "Fashion-MNIST",
         arrays["x_train"].unsqueeze(1).float() / 255,

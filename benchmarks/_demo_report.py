@@ -9,6 +9,7 @@ run would: the reading errs on the slow side, alike for both arms.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import platform
@@ -34,7 +35,7 @@ def frontier(points: Sequence[tuple[float, float]], chance: float) -> Curve:
 
 def time_to_reach(curve: Curve, accuracy: float) -> float | None:
     """The time at which the frontier reaches ``accuracy`` (linear in between), or ``None``."""
-    for (t0, a0), (t1, a1) in zip(curve, curve[1:], strict=False):
+    for (t0, a0), (t1, a1) in itertools.pairwise(curve):
         if a1 >= accuracy:
             if accuracy <= a0:
                 return t0
@@ -44,7 +45,7 @@ def time_to_reach(curve: Curve, accuracy: float) -> float | None:
 
 def accuracy_at(curve: Curve, t: float) -> float:
     """The frontier's accuracy at time ``t`` (linear in between, flat after its last point)."""
-    for (t0, a0), (t1, a1) in zip(curve, curve[1:], strict=False):
+    for (t0, a0), (t1, a1) in itertools.pairwise(curve):
         if t <= t1:
             return a0 + (a1 - a0) * (t - t0) / (t1 - t0)
     return curve[-1][1]

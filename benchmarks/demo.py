@@ -149,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="12,000 training images (about 1 min)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
     p.add_argument("--ablation", action="store_true", help="each algorithm alone, not the study")
-    p.add_argument("--ablation-budget", type=float, default=0.5)
+    p.add_argument("--ablation-budget", type=float, default=0.25)
     p.add_argument("--recipe", default=",".join(DEFAULT_RECIPE),
                    help=f"comma-separated, from: {', '.join(ALGORITHMS)}")  # fmt: skip
     p.add_argument("--budgets", default=",".join(map(str, BUDGETS)),
@@ -170,7 +170,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args.recipe = tuple(a for a in args.recipe.split(",") if a)
     unknown = [a for a in args.recipe if a not in ALGORITHMS]
     if unknown:
-        parser.error(f"unknown algorithm(s) {', '.join(unknown)}; choose from {', '.join(ALGORITHMS)}")
+        parser.error(
+            f"unknown algorithm(s) {', '.join(unknown)}; choose from {', '.join(ALGORITHMS)}"
+        )
     try:
         args.budgets = tuple(sorted(float(b) for b in args.budgets.split(",")))
     except ValueError:
