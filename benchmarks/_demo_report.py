@@ -94,15 +94,17 @@ def study_table(base: list[Point], recipe: list[Point], chance: float) -> str:
     """One row per budget: both arms' times and accuracies, and where the recipe's point
     stands against the baseline frontier at the same CPU time."""
     base_curve = frontier([(p.cpu_s, p.accuracy) for p in base], chance)
+    same_budget = {p.budget: p for p in base}
     rows = []
-    for b, r in zip(base, recipe, strict=True):
+    for r in recipe:
+        b = same_budget.get(r.budget)
         delta = r.accuracy - accuracy_at(base_curve, r.cpu_s)
         rows.append(
             [
-                f"{b.budget:g}x ({b.epochs:.2f} ep)",
-                f"{b.cpu_s:.1f}",
-                f"{b.wall_s:.1f}",
-                f"{b.accuracy:.4f}",
+                f"{r.budget:g}x ({r.epochs:.2f} ep)",
+                "-" if b is None else f"{b.cpu_s:.1f}",
+                "-" if b is None else f"{b.wall_s:.1f}",
+                "-" if b is None else f"{b.accuracy:.4f}",
                 f"{r.cpu_s:.1f}",
                 f"{r.wall_s:.1f}",
                 f"{r.accuracy:.4f}",

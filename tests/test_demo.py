@@ -154,9 +154,11 @@ def test_demo_study_on_fashion_mnist(tmp_path, capsys):
     assert (tmp_path / "frontiers.png").stat().st_size > 10_000
     record = json.loads((tmp_path / "study.json").read_text())
     points = record["points"]
-    assert [p["arm"] for p in points] == ["baseline"] * 3 + ["recipe"] * 3
-    assert [p["steps"] for p in points[:3]] == [p["steps"] for p in points[3:]]
-    assert len({p["steps"] for p in points}) == 3
+    assert [p["arm"] for p in points] == ["baseline"] * 4 + ["recipe"] * 5
+    base_steps = [p["steps"] for p in points[:4]]
+    assert len(set(base_steps)) == 4  # four budgets, each its own schedule
+    # the recipe at the same budgets, and once more at twice the largest
+    assert [p["steps"] for p in points[4:]] == [*base_steps, 2 * base_steps[-1]]
     assert all(p["cpu_s"] > 0 and 0 <= p["accuracy"] <= 1 for p in points)
     assert record["machine"]["torch"] == torch.__version__
     assert set(record["result"]) >= {"ratio", "accuracy", "recipe_above_baseline_frontier"}
