@@ -108,7 +108,7 @@ def study_table(base: list[Point], recipe: list[Point], chance: float) -> str:
                 f"{r.cpu_s:.1f}",
                 f"{r.wall_s:.1f}",
                 f"{r.accuracy:.4f}",
-                f"{100 * delta:+.2f}",
+                f"{100 * delta:+.2f}" + (" *" if r.cpu_s < base_curve[1][0] else ""),
             ]
         )
     header = [
@@ -121,7 +121,13 @@ def study_table(base: list[Point], recipe: list[Point], chance: float) -> str:
         "recipe acc",
         "recipe vs base frontier (pts)",
     ]
-    return _table(header, rows)
+    table = _table(header, rows)
+    if any(r.cpu_s < base_curve[1][0] for r in recipe):
+        table += (
+            "\n* faster than the baseline's fastest point: compared with the straight line from "
+            "chance accuracy at 0 s to that point, which is below the real curve"
+        )
+    return table
 
 
 def verdict(base: list[Point], recipe: list[Point], chance: float) -> tuple[str, dict]:
@@ -146,9 +152,11 @@ def verdict(base: list[Point], recipe: list[Point], chance: float) -> tuple[str,
             f"({s['recipe_to_baseline_best_s']:.1f} s vs {s['baseline_best_s']:.1f} s)."
         )
     n_above = sum(above)
+    n_early = sum(r.cpu_s < base_curve[1][0] for r in recipe)
+    early = f", {n_early} of them faster than the baseline's fastest point (*)" if n_early else ""
     lines.append(
         f"The recipe's point is above the baseline frontier at {n_above} of its {len(above)} "
-        "budgets" + ("." if n_above == len(above) else " (see the table).")
+        f"budgets{early}" + ("." if n_above == len(above) else " (see the table).")
     )
     return "\n".join(lines), {**s, "recipe_above_baseline_frontier": above}
 
