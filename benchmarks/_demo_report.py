@@ -240,13 +240,19 @@ def plot(curves: dict[str, list[Point]], chance: float, title: str, path: Path) 
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
     lows = []
-    for (name, points), marker in zip(curves.items(), "os^D", strict=False):
+    for (name, points), marker in zip(
+        curves.items(), itertools.cycle("osD^vP<>Xhp*"), strict=False
+    ):
         curve = frontier([(p.cpu_s, p.accuracy) for p in points], chance)
-        line = ax.plot(*zip(*curve[1:], strict=True), marker=marker, label=f"{name} frontier")[0]
+        line = ax.plot(
+            *zip(*curve[1:], strict=True),
+            marker=marker,
+            label=f"{name} frontier" if len(points) > 1 else name,
+        )[0]
         ax.scatter(
             [p.cpu_s for p in points], [p.accuracy for p in points], color=line.get_color(), s=12
         )
-        for p in points:
+        for p in points if len(points) > 1 else ():
             ax.annotate(f"{p.budget:g}x", (p.cpu_s, p.accuracy), fontsize=7, xytext=(4, -10),
                         textcoords="offset points")  # fmt: skip
         lows += [p.accuracy for p in points]
@@ -256,7 +262,7 @@ def plot(curves: dict[str, list[Point]], chance: float, title: str, path: Path) 
     ax.set_xlim(left=0)
     ax.set_ylim(min(lows) - 0.01, max(lows) + 0.005)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="lower right", fontsize=8 if len(curves) <= 3 else 6)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
