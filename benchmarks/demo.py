@@ -154,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="make demo", description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=DEFAULT_DIR, help="directory of the IDX files")
     p.add_argument("--no-install", action="store_true", help="never run apt-get")
-    p.add_argument("--quick", action="store_true", help="12,000 training images (about 1 min)")
+    p.add_argument("--quick", action="store_true", help="12,000 training images (under 2 min)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
     p.add_argument("--ablation", action="store_true", help="each algorithm alone, not the study")
     p.add_argument("--ablation-budget", type=float, default=0.25)
