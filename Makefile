@@ -19,8 +19,10 @@ $(STAMP): pyproject.toml | $(PY)
 test: $(STAMP)
 	OMP_WAIT_POLICY=PASSIVE HYPOTHESIS_PROFILE=ci TEST_TORCH_SEED=$(TEST_TORCH_SEED) $(PY) -m pytest -q $(PYTEST_ARGS)
 
+# The demo installs Fashion-MNIST (Debian's dataset-fashion-mnist) itself when it is missing
+# and it may (root with apt-get); otherwise it says the command and falls back to the digits.
 demo: $(STAMP)
-	$(PY) -m benchmarks.demo $(DEMO_ARGS)
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m benchmarks.demo $(DEMO_ARGS)
 
 bench: $(STAMP)
 	PYTHONPATH=.peers $(PY) -m benchmarks $(BENCH_ARGS)

@@ -41,37 +41,3 @@ def test_unknown_benchmark_is_refused():
         [sys.executable, "-m", "benchmarks", "nonesuch"], cwd=ROOT, capture_output=True, text=True
     )
     assert run.returncode == 2 and "unknown benchmark" in run.stderr
-
-
-@pytest.mark.slow
-def test_demo_runs_end_to_end(tmp_path, capsys):
-    from benchmarks import demo
-
-    plot = tmp_path / "plot.png"
-    assert (
-        demo.main(["--epochs", "1", "--no-progress", "--train-limit", "256", "--output", str(plot)])
-        == 0
-    )
-    assert plot.stat().st_size > 0
-    table = capsys.readouterr().out
-    assert "training time (s)" in table and "total wall-clock (s)" in table
-
-
-def test_demo_table_says_what_each_time_is():
-    """Training time excludes the evaluation passes; the total wall-clock of the run is shown
-    beside it (issue 13 point 10: a column called wall-clock that left out evaluation)."""
-    from benchmarks.demo import RunResult, report
-
-    base = RunResult("baseline", [10.0, 20.0], [0.5, 0.9], images=1000, train_seconds=20.0)
-    base.total_seconds = 50.0
-    fast = RunResult("recipe", [8.0, 15.0], [0.9, 0.95], images=900, train_seconds=15.0)
-    fast.total_seconds = 40.0
-    lines = report(base, fast).splitlines()
-    header = [c.strip() for c in lines[0].split("|")]
-    assert header[:3] == ["run", "training time (s)", "total wall-clock (s)"]
-    assert "wall-clock (s)" not in header[1]
-    rows = {r.split("|")[0].strip(): [c.strip() for c in r.split("|")] for r in lines[2:4]}
-    assert rows["baseline"][1:4] == ["20.0", "50.0", "50"]  # images/s over training time
-    assert rows["recipe"][1:3] == ["15.0", "40.0"]
-    text = "\n".join(lines)
-    assert "2 + 2 evaluation passes" in text and "2.50x sooner" in text
