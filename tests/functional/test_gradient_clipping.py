@@ -13,11 +13,21 @@ import functional.gradient_clipping as gradient_clipping
 from functional import apply_gradient_clipping
 
 
-@pytest.fixture(autouse=True, params=["cpu-schedule", "accelerator-schedule"])
+@pytest.fixture(
+    autouse=True,
+    params=["cpu-schedule", "grouped-schedule", "grouped-small-rounds", "compiled-schedule"],
+)
 def schedule(request, monkeypatch):
-    """Run every test through both AGC schedules (see functional.gradient_clipping)."""
-    if request.param == "accelerator-schedule":
+    """Run every test through every AGC schedule (see functional.gradient_clipping): the CPU
+    one, the grouped one of eager accelerators (with 32 MiB rounds, and with 64-byte rounds,
+    which split tensors between rows and put a long row in a round alone) and the batched one
+    of accelerators under compile."""
+    if request.param != "cpu-schedule":
         monkeypatch.setattr(gradient_clipping, "_CACHE_FRIENDLY_DEVICES", set())
+    if request.param == "grouped-small-rounds":
+        monkeypatch.setattr(gradient_clipping, "_SCRATCH_BYTES", 64)
+    if request.param == "compiled-schedule":
+        monkeypatch.setattr(gradient_clipping, "_clip_grouped_", gradient_clipping._clip_batched_)
     return request.param
 
 
