@@ -135,9 +135,9 @@ class StochasticBlock(nn.Module):
         replays: it draws again the draw numbers of the forward it repeats (the last one), from
         cursors moved back by that forward's counts, and leaves the counts as they are (it may
         stop early, as non-reentrant checkpointing does)."""
-        if not self.training or self._drop_generators is None:
-            return
-        replaying = not torch.compiler.is_compiling() and _recomputing()
+        if not self.training or self._drop_generators is None or torch.compiler.is_compiling():
+            return  # compiled: no Python state (a mutation inside checkpoint's region breaks it)
+        replaying = _recomputing()
         object.__setattr__(self, "_replaying", replaying)
         if replaying:
             object.__setattr__(self, "_replay_draw", self._draws - self._forward_draws)
@@ -149,11 +149,13 @@ class StochasticBlock(nn.Module):
 
     def _next_device_draw(self) -> torch.Tensor:
         """The draw number (a 0-d int64 tensor) of this device decision; counts it."""
-        if self._replaying:
+        if self._replaying and not torch.compiler.is_compiling():
             draws = self._replay_device_draws
             object.__setattr__(self, "_replay_device_draws", draws + 1)
             return draws
         draws = self.drop_draws
+        if torch.compiler.is_compiling():
+            return draws
         object.__setattr__(self, "_forward_device_draws", self._forward_device_draws + 1)
         return draws
 
