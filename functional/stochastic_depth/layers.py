@@ -1,3 +1,5 @@
+# Long file: the StochasticBlock mixin (decisions, replay under checkpointing, saved state) and
+# the two torchvision blocks belong together.
 """The stochastic layers: the :class:`StochasticBlock` mixin (how a block decides, on the host or
 on the device, and scales or skips its residual branch; its drop rate mirrored in a device
 buffer) and the built-in torchvision blocks :class:`StochasticBottleneck` and
@@ -37,6 +39,17 @@ _EXTRA_STATE_KEY = "_extra_state"  # torch.nn.modules.module._EXTRA_STATE_KEY_SU
 
 def _rate_units(p: float) -> int:
     return round(p * _RATE_ONE)
+
+
+def _recomputing() -> bool:
+    """Whether this forward runs inside a backward pass: activation checkpointing recomputing
+    a checkpointed forward (reentrant or not); never true for an ordinary forward."""
+    return torch._C._current_graph_task_id() != -1
+
+
+def _begin_forward(block: StochasticBlock, args: Any) -> None:
+    """Forward pre-hook of every stochastic block: see :meth:`StochasticBlock._begin_forward`."""
+    block._begin_forward()
 
 
 class StochasticBlock(nn.Module):
@@ -83,6 +96,12 @@ class StochasticBlock(nn.Module):
     _stream_index: int = 0  # which of the model's streams this block draws from
     _draws: int = 0  # how many host decisions it has drawn (the position in its stream)
     _stream_keys: tuple[int, int, int, int] = (0, 0, 0, 0)  # see _DropGenerators.keys
+    # How many host and device draws the last forward made: a recompute rewinds by them.
+    _forward_draws: int = 0
+    _forward_device_draws: int = 0
+    _replaying: bool = False  # this forward is a recompute: draws replay from the cursors
+    _replay_draw: int = 0
+    _replay_device_draws: torch.Tensor
 
     def _init_stochastic(
         self,
@@ -104,6 +123,41 @@ class StochasticBlock(nn.Module):
         self._drop_rate_share = share
         self._draws = 0
         self._attach_streams(generators, index)
+        self._hook_begin_forward()
+
+    def _hook_begin_forward(self) -> None:
+        if _begin_forward not in self._forward_pre_hooks.values():
+            self.register_forward_pre_hook(_begin_forward)
+
+    def _begin_forward(self) -> None:
+        """Start a forward. An ordinary one counts its draws from zero. A recompute of
+        activation checkpointing (a forward run inside the backward pass, reentrant or not)
+        replays: it draws again the draw numbers of the forward it repeats (the last one), from
+        cursors moved back by that forward's counts, and leaves the counts as they are (it may
+        stop early, as non-reentrant checkpointing does)."""
+        if not self.training or self._drop_generators is None or torch.compiler.is_compiling():
+            return  # compiled: no Python state (a mutation inside checkpoint's region breaks it)
+        replaying = _recomputing()
+        object.__setattr__(self, "_replaying", replaying)
+        if replaying:
+            object.__setattr__(self, "_replay_draw", self._draws - self._forward_draws)
+            replay_device = self.drop_draws - self._forward_device_draws
+            object.__setattr__(self, "_replay_device_draws", replay_device)
+        else:
+            object.__setattr__(self, "_forward_draws", 0)
+            object.__setattr__(self, "_forward_device_draws", 0)
+
+    def _next_device_draw(self) -> torch.Tensor:
+        """The draw number (a 0-d int64 tensor) of this device decision; counts it."""
+        if self._replaying and not torch.compiler.is_compiling():
+            draws = self._replay_device_draws
+            object.__setattr__(self, "_replay_device_draws", draws + 1)
+            return draws
+        draws = self.drop_draws
+        if torch.compiler.is_compiling():
+            return draws
+        object.__setattr__(self, "_forward_device_draws", self._forward_device_draws + 1)
+        return draws
 
     def _register_stochastic_buffers(self, device: torch.device | None) -> None:
         # Non-persistent (get_extra_state saves them); integer: ``model.to(dtype)`` keeps them.
@@ -165,8 +219,13 @@ class StochasticBlock(nn.Module):
                 return None
             dropped = float(torch.rand(())) < p
         else:
-            draw = self._draws
-            object.__setattr__(self, "_draws", draw + 1)  # a plain int: skip Module.__setattr__
+            if self._replaying:
+                draw = self._replay_draw
+                object.__setattr__(self, "_replay_draw", draw + 1)
+            else:  # plain ints: skip Module.__setattr__
+                draw = self._draws
+                object.__setattr__(self, "_draws", draw + 1)
+                object.__setattr__(self, "_forward_draws", self._forward_draws + 1)
             if p == 0:
                 return None
             key_a, key_b, salt, _ = self._stream_keys
@@ -182,8 +241,9 @@ class StochasticBlock(nn.Module):
             return None
         if torch.compiler.is_compiling() or self._drop_rate != 0:
             return self.device_scale(branch)
-        if self._drop_generators is not None:
-            self.drop_draws.add_(1)  # the draw a compiled graph makes: the streams stay aligned
+        if self._drop_generators is not None:  # the draw a compiled graph makes: stay aligned
+            if not self._replaying:
+                self._next_device_draw().add_(1)
         return None
 
     def device_scale(self, branch: torch.Tensor) -> torch.Tensor:
@@ -202,14 +262,15 @@ class StochasticBlock(nn.Module):
         if self._drop_generators is None:
             keep = torch.rand(shape, device=branch.device) * _RATE_ONE >= units
         else:
-            draws, keys = self.drop_draws, self.drop_stream_keys
+            draws, keys = self._next_device_draw(), self.drop_stream_keys
             salt = self._stream_keys[2 if block else 3]  # this rank's: a constant, not a buffer
             key_b = keys[1] ^ salt if salt else keys[1]
             if block:
                 bits = draw_bits(draws, keys[0], key_b)
             else:
                 bits = sample_bits(draws, keys[0], key_b, branch.shape[0]).view(shape)
-            draws.add_(1)
+            if not self._replaying:
+                draws.add_(1)
             keep = bits.to(branch.device) >> _BITS_SHIFT >= units
         denominator = (_RATE_ONE - units).to(torch.get_default_dtype())
         scale = torch.where(keep, _RATE_ONE / denominator, 0.0)
@@ -320,9 +381,24 @@ class StochasticBlock(nn.Module):
             gens.seed = seed
             self._attach_streams(gens, self._stream_index)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle (and deep-copy) without the forward pre-hook and the replay cursors: unpickling
+        adds the hook back, so a pickle names no private function of this module."""
+        state = super().__getstate__()
+        for name in ("_replaying", "_replay_draw", "_replay_device_draws"):
+            state.pop(name, None)
+        hooks = state.get("_forward_pre_hooks")
+        if hooks is not None and _begin_forward in hooks.values():
+            state["_forward_pre_hooks"] = type(hooks)(
+                (k, v) for k, v in hooks.items() if v is not _begin_forward
+            )
+        return state
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickle; a block pickled before it counted device draws gets a counter at 0."""
         super().__setstate__(state)
+        if "drop_rate_units" in self._buffers:  # a block set up by _init_stochastic
+            self._hook_begin_forward()
         units = self._buffers.get("drop_rate_units")
         if units is not None and "drop_draws" not in self._buffers:
             self._register_stochastic_buffers(units.device)

@@ -68,6 +68,15 @@ def apply_stochastic_depth(
     To load a converted model's state dict into an unconverted model, drop the keys ending in
     ``._extra_state`` (or pass ``strict=False``).
 
+    Activation checkpointing (``torch.utils.checkpoint``, reentrant or not, timm's
+    ``set_grad_checkpointing()``): in eager mode, a block's recompute in the backward pass
+    replays the decisions of the forward it repeats (the block's last one), so the gradients
+    equal those without checkpointing and the draw counts do not move. Not yet under
+    ``torch.compile``: a compiled checkpointed region recomputes its decisions from the
+    already advanced counter, so its gradients are wrong; compile without checkpointing the
+    stochastic blocks. A block called twice before one backward also replays only its last
+    forward.
+
     Two ways to decide in ``'block'`` mode:
 
     - eager mode with ``skip_dropped=True`` (default): the decision is drawn on the host (from
