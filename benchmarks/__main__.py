@@ -56,6 +56,9 @@ MEASURES = {
     "64/128/256 with learned positions and with apply_alibi (quality, and step time)",
     "compile": "torch.compile on every transformed model and per-step op: graph breaks, "
     "recompiles, compile time, eager vs compiled steps/s",
+    "device": "what each per-step op would cost on an accelerator, counted on meta tensors: "
+    "kernel launches, host syncs and bytes moved over the op's minimum, ours beside the "
+    "peers' (no GPU needed; the launch and sync counts are pinned by the tests)",
 }
 
 HOW_TO_READ = """\

@@ -6,6 +6,7 @@ Paper: `CutMix: Regularization Strategy to Train Strong Classifiers with Localiz
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 
@@ -135,7 +136,7 @@ def _paste_gathered(x: torch.Tensor, perm: torch.Tensor, box: torch.Tensor) -> t
     if x.dim() == 4 and not x.is_contiguous():  # channels_last: gather whole pixels
         pixels = x.permute(0, 2, 3, 1)[src, rows, cols]  # (B, H, W, C), contiguous
         return pixels.permute(0, 3, 1, 2)
-    planes = x.reshape(b, -1, h, w)  # a view: x is contiguous
+    planes = x.reshape(b, math.prod(x.shape[1:-2]), h, w)  # a view: x is contiguous
     mid = torch.arange(planes.shape[1], device=dev).view(-1, 1, 1)
     return planes[src.unsqueeze(1), mid, rows, cols].view(x.shape)
 

@@ -61,8 +61,8 @@ BATCH_OPS = {  # public op -> the conformance cases that call it
 }
 LAYERS = (
     "BlurConv2d BlurMaxPool2d BlurPool2d FactorizedConv2d FactorizedLinear GatedLinear "
-    "GhostBatchNorm1d GhostBatchNorm2d GhostBatchNorm3d LowPrecisionGroupNorm "
-    "LowPrecisionLayerNorm SqueezeExcite2d SqueezeExciteConv2d WeightStandardizer AlibiBias"
+    "GhostBatchNorm1d GhostBatchNorm2d GhostBatchNorm3d GhostBatchNormAct2d LowPrecisionGroupNorm "
+    "LowPrecisionLayerNorm LowPrecisionLayerNorm2d SqueezeExcite2d SqueezeExciteConv2d WeightStandardizer AlibiBias"
 ).split()
 TRANSFORMS = (
     "apply_blurpool apply_channels_last apply_factorization apply_ghost_batchnorm "
@@ -78,6 +78,9 @@ SKIPPED = {
     "register_alibi": "a registry: no arithmetic",
     "unregister_alibi": "a registry: no arithmetic",
     "alibi_registry": "a registry: no arithmetic",
+    "register_glu_block": "a registry: no arithmetic",
+    "unregister_glu_block": "a registry: no arithmetic",
+    "glu_block_registry": "a registry: no arithmetic",
     "register_stochastic_block": "a registry: no arithmetic",
     "unregister_stochastic_block": "a registry: no arithmetic",
     "StochasticBlock": "abstract base of StochasticBasicBlock/StochasticBottleneck",
@@ -312,7 +315,12 @@ def _layer_cases() -> dict[str, tuple[Callable[[], nn.Module], Callable[[], torc
         "GhostBatchNorm2d": (lambda: F.GhostBatchNorm2d(3, ghost_batch_size=2), lambda: img(4)),
         "GhostBatchNorm3d": (lambda: F.GhostBatchNorm3d(2, ghost_batch_size=2), vec(4, 2, 3, 4, 4)),
         "LowPrecisionGroupNorm": (lambda: F.LowPrecisionGroupNorm(3, 3), img),
+        "GhostBatchNormAct2d": (
+            lambda: F.GhostBatchNormAct2d(3, ghost_batch_size=2, act=nn.SiLU()),
+            lambda: img(4),
+        ),
         "LowPrecisionLayerNorm": (lambda: F.LowPrecisionLayerNorm(16), vec(4, 16)),
+        "LowPrecisionLayerNorm2d": (lambda: F.LowPrecisionLayerNorm2d(3), img),
         "SqueezeExcite2d": (lambda: F.SqueezeExcite2d(3, latent_channels=4), img),
         "SqueezeExciteConv2d": (lambda: F.SqueezeExciteConv2d(3, 8, 3, latent_channels=4), img),
     }
