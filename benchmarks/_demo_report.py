@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ._demo_train import Point
+from ._harness import cpu_model
 
 Curve = list[tuple[float, float]]
 
@@ -206,14 +207,7 @@ def ablation_table(base: list[Point], runs: list[Point], chance: float) -> tuple
 
 def machine() -> dict[str, str | int]:
     """The CPU model, its threads, torch's threads and versions."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     return {
         "cpu": cpu,
         "cpu_threads": os.cpu_count() or 0,

@@ -196,15 +196,19 @@ def ratio(peer_time: float | None, ours: float) -> float | None:
     return None if peer_time is None else peer_time / ours
 
 
-def machine_description() -> str:
-    cpu = platform.processor() or platform.machine()
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux), else what ``platform`` knows."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or platform.machine()
+
+
+def machine_description() -> str:
+    cpu = cpu_model()
     parts = [
         f"CPU: {cpu}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}",
         f"Python {platform.python_version()}, torch {torch.__version__}",
