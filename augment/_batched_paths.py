@@ -22,7 +22,7 @@ from torch import Tensor
 
 from augment._batched_grouped import NOT_LUT, Workspace, apply_layers
 from augment._batched_plan import plan_ops
-from augment._batched_slots import Slots, draw_slots, row_draws, run_slots
+from augment._batched_slots import Slots, block_order, draw_slots, row_draws, run_slots
 from augment.batched_ops import from_levels8, to_levels8
 
 GROUPED_CHUNK = 2**23  # values per group on the grouped path, AugMix's chains counted
@@ -69,13 +69,14 @@ def _log_gamma(alpha: float, shape: tuple[int, ...], g: torch.Generator | None, 
     return out
 
 
-def _signs(shape: tuple[int, ...], g: torch.Generator | None, dev) -> Tensor:
-    return torch.where(torch.rand(shape, generator=g, device=dev) < 0.5, -1.0, 1.0)
+def _signs(m: int, g: torch.Generator | None, dev: torch.device) -> Tensor:
+    """``m`` fair directions, True for +1."""
+    return torch.empty(m, dtype=torch.bool, device=dev).bernoulli_(0.5, generator=g)
 
 
 def _augmix_slots(
     n: int,
-    n_ops: int,
+    kinds: tuple[str, ...],
     severity: float,
     depth: int,
     width: int,
@@ -91,17 +92,19 @@ def _augmix_slots(
     weights = log_g[:, :width].softmax(-1)  # Dirichlet(alpha)
     m = torch.sigmoid(log_g[:, width] - log_g[:, width + 1])  # Beta(alpha, alpha)
     layers = depth if depth > 0 else 3
-    slot, _, c = draw_slots(width * n, n_ops, layers, depth < 0, generator, dev)
+    per_op, held, spares = draw_slots(width * n, len(kinds), layers, depth < 0, generator, dev)
+    count = len(kinds) * sum(per_op)
     low = min(0.1, severity)
-    u = torch.rand((layers, n_ops * c), generator=generator, device=dev, dtype=torch.float64)
-    level = low + (severity - low) * u
-    sign = _signs((layers, n_ops * c), generator, dev)
-    return weights, m, Slots(c, slot, level, sign)
+    u = torch.rand(count, generator=generator, device=dev, dtype=torch.float64)
+    level = u.mul_(severity - low).add_(low)
+    sign = _signs(count, generator, dev)
+    order = block_order(kinds)
+    return weights, m, Slots(width * n, per_op, order, held, spares, level, sign)
 
 
 def augmix_draws(
     n: int,
-    n_ops: int,
+    kinds: tuple[str, ...],
     severity: float,
     depth: int,
     width: int,
@@ -109,7 +112,8 @@ def augmix_draws(
     generator: torch.Generator | None = None,
     device: torch.device | str = "cpu",
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    r"""The random draws of :func:`batch_augment_and_mix` for ``n`` samples, per sample.
+    r"""The random draws of :func:`batch_augment_and_mix` for ``n`` samples, per sample, with
+    the operations ``kinds`` (as :func:`augment.batched._kinds` names a set).
 
     Returns ``(weights, m, ops, levels, signs)``: the Dirichlet chain weights ``(n, width)``,
     the Beta skip weights ``(n,)``, and per sample, chain and layer (``(n, width, layers)``,
@@ -117,32 +121,37 @@ def augmix_draws(
     the chain's depth, nothing), its level and its direction (:math:`\pm 1`). The operations
     and depths are drawn balanced across the batch (:mod:`augment._batched_slots`).
     """
-    weights, m, slots = _augmix_slots(n, n_ops, severity, depth, width, alpha, generator, device)
+    weights, m, slots = _augmix_slots(n, kinds, severity, depth, width, alpha, generator, device)
     ops, levels, signs = (t.view(-1, width, n).permute(2, 1, 0) for t in row_draws(slots))
     return weights, m, ops, levels, signs
 
 
 def randaugment_draws(
     n: int,
-    n_ops: int,
+    kinds: tuple[str, ...],
     depth: int,
     generator: torch.Generator | None = None,
     device: torch.device | str = "cpu",
 ) -> tuple[Tensor, Tensor]:
     """The random draws of :func:`batch_randaugment`: ``(ops, signs)``, each ``(n, depth)``
     (the operations drawn balanced across the batch: :mod:`augment._batched_slots`)."""
-    slots = _randaugment_slots(n, n_ops, depth, 0.0, generator, torch.device(device))
+    slots = _randaugment_slots(n, tuple(kinds), depth, 0.0, generator, torch.device(device))
     op, _, sign = row_draws(slots)
     return op.t(), sign.t()
 
 
 def _randaugment_slots(
-    n: int, n_ops: int, depth: int, severity: float, g: torch.Generator | None, dev: torch.device
+    n: int,
+    kinds: tuple[str, ...],
+    depth: int,
+    severity: float,
+    g: torch.Generator | None,
+    dev: torch.device,
 ) -> Slots:
-    slot, _, c = draw_slots(n, n_ops, depth, False, g, dev)
-    sign = _signs((depth, n_ops * c), g, dev)
-    level = torch.full((depth, n_ops * c), float(severity), dtype=torch.float64, device=dev)
-    return Slots(c, slot, level, sign)
+    """The slots of :func:`batch_randaugment`: every slot at level ``severity``."""
+    per_op, held, spares = draw_slots(n, len(kinds), depth, False, g, dev)
+    sign = _signs(len(kinds) * sum(per_op), g, dev)
+    return Slots(n, per_op, block_order(kinds), held, spares, float(severity), sign)
 
 
 def _augmix_grouped(
@@ -255,7 +264,7 @@ def augmix_run(
     """AugMix of the checked, non-empty batch ``x`` on the path that suits it (the grouped
     path keeps its buffers in ``workspace``, if given and free)."""
     n = x.shape[0]
-    draws = _augmix_slots(n, len(kinds), severity, depth, width, alpha, g, x.device)
+    draws = _augmix_slots(n, kinds, severity, depth, width, alpha, g, x.device)
     if _grouped(x):
         with _held(workspace) as ws:
             return _augmix_grouped(x, kinds, width, draws, ws)
@@ -272,7 +281,7 @@ def randaugment_run(
 ) -> Tensor:
     """RandAugment of the checked, non-empty batch ``x`` (``depth >= 1``) on its path (the
     grouped path keeps its buffers in ``workspace``, if given and free)."""
-    slots = _randaugment_slots(x.shape[0], len(kinds), depth, severity, g, x.device)
+    slots = _randaugment_slots(x.shape[0], kinds, depth, severity, g, x.device)
     if not _grouped(x):
         out = run_slots(_levels8(x), 1, slots, kinds)[: x.shape[0]]
         return _like(from_levels8(out, x), x)

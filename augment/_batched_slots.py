@@ -1,22 +1,23 @@
 """The slots of the batched chains: balanced draws of the operations, and the device path that
-runs each operation on the samples that drew it, with sizes known on the host.
+runs each operation on the rows that drew it, with sizes known on the host.
 
-A layer of chains has ``R`` rows (samples, or AugMix's chains) and a set of ``K`` operations.
-Its draw is a random injection of the rows into ``K c`` *slots*, ``c = ceil(P / K)`` of them per
-operation (``P``: the rows the layer may change), made with one device permutation: the slot
-decides the row's operation, and every slot's level and direction are drawn on their own.
-Every row's operation is therefore uniform over the set, independent of its level, direction
-and other layers, as in the PIL transforms; across a batch the draws are not independent: an
-operation is drawn by at most ``c`` rows of a layer (sampling without replacement from ``c``
-copies of each operation). AugMix's random chain depths are drawn the same way: a depth in
-{1, 2, 3} for at most ``ceil(R / 3)`` chains each.
+Layer ``k`` of the chains has a set of ``K`` operations and ``P_k`` *positions* (every row, or
+for AugMix's random depths the rows still in their chain: see :func:`draw_slots`), and ``K
+c_k`` *slots*, ``c_k = ceil(P_k / K)`` per operation. A random permutation puts one position in
+every slot; the slot decides the row's operation, and every slot draws its level and
+direction. Every row's operation is therefore uniform over the set, independent of its level,
+direction and other layers, as in the PIL transforms; across a batch the draws are not
+independent: an operation is drawn by at most ``c_k`` rows of a layer (sampling without
+replacement from ``c_k`` copies of each operation). AugMix's random chain depths are drawn the
+same way: a depth in {1, 2, 3} for at most ``ceil(R / 3)`` chains each, and layer ``k`` has
+slots for the chains deeper than ``k`` only.
 
-The device path (:func:`run_slots`) gathers a layer's slots in the order of the stages
-(:data:`augment._batched_grouped._ORDER`), applies each operation to its own ``c`` rows (the
-grouped path's uint8 stages, in their host-free forms), and writes the rows back; the slots
-that no row took hold a spare row, whose result is dropped. Fixed shapes, no host reads, one
-operation's work per slot: for accelerators and ``torch.compile``. The grouped CPU path reads
-the same draws as per-row operation indices, so both paths give the same values.
+The device path (:func:`run_slots`) gathers a layer's slots in device order
+(:mod:`augment._batched_device`: the blocks of operations that one stage applies adjacent),
+applies each stage to its own range of rows and writes the rows back; the slots that hold no
+row hold a spare one, whose result is dropped. Fixed shapes, no host reads, one operation's
+work per slot: for accelerators and ``torch.compile``. The grouped CPU path reads the same
+draws as per-row operation indices (:func:`row_draws`), so both paths give the same values.
 """
 
 from __future__ import annotations
@@ -27,33 +28,31 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from augment._batched_grouped import _GROUPS, _ORDER, _STAGES, NOT_LUT, _Slice
-from augment._batched_plan import plan_ops
+from augment._batched_device import _cached, apply_layer, block_order, layout, plan_slots
 
 
 class Slots(NamedTuple):
-    """One draw of the slots of ``layers`` layers over ``R`` rows.
+    """One draw of the slots of every layer over ``rows`` rows.
 
-    ``per_op``: ``c``, slots per operation (a host int); ``slot``: (layers, R) int64, the slot
-    of every row in every layer, ``K c`` (no slot) where the row is past its chain's depth;
-    ``level`` and ``sign``: (layers, K c) float64, per slot.
+    ``per_op``: ``c_k`` per layer, slots per operation (host ints); ``order``: the index in the
+    set of the operation of every block of ``c_k`` slots (device order, the same in every
+    layer); ``held``: per layer, the (K c_k,) int64 row in every slot (``>= rows``: a spare,
+    a different one in every slot); ``spares``: the rows and spares there are; ``level``:
+    (M,) float64, every slot's level (``M``: the slots of every layer, layer after layer), or
+    one level for every slot; ``sign``: (M,) bool, every slot's direction (True: +1).
     """
 
-    per_op: int
-    slot: Tensor
-    level: Tensor
+    rows: int
+    per_op: tuple[int, ...]
+    order: tuple[int, ...]
+    held: tuple[Tensor, ...]
+    spares: int
+    level: Tensor | float
     sign: Tensor
 
 
-def block_order(kinds: tuple[str, ...]) -> tuple[int, ...]:
-    """The index in ``kinds`` of the operation of every block of ``c`` slots: the blocks in
-    the order of the stages (the operations a stage applies adjacent, a repeated kind too)."""
-    return tuple(sorted(range(len(kinds)), key=lambda j: _ORDER.index(kinds[j])))
-
-
-def _perms(layers: int, size: int, g: torch.Generator | None, dev: torch.device) -> Tensor:
-    """``layers`` independent random permutations of ``range(size)``, (layers, size) int64."""
-    return torch.stack([torch.randperm(size, generator=g, device=dev) for _ in range(layers)])
+def _host(values: Tensor, dev: torch.device) -> Tensor:
+    return values.to(dev, non_blocking=True)
 
 
 def draw_slots(
@@ -63,109 +62,83 @@ def draw_slots(
     random_depth: bool,
     g: torch.Generator | None,
     dev: torch.device,
-) -> tuple[Tensor, Tensor, int]:
-    """The slots of every row and layer, ``(slot, active, c)``: ``slot`` (layers, rows) int64
-    (``n_ops c`` where ``active`` is False), ``active`` (layers, rows) bool.
+) -> tuple[tuple[int, ...], tuple[Tensor, ...], int]:
+    """The slots of every layer: ``(per_op, held, ids)`` as in :class:`Slots`.
 
-    ``random_depth``: each row's chain stops after a depth uniform in {1, 2, 3} (``layers``
-    must be 3), drawn balanced: row ``r`` holds one of ``3 D`` depth places ``t_r``
-    (``D = ceil(rows / 3)``; depth ``t_r // D + 1``) and, in layer ``k``, position
-    ``t_r - k D`` if that is ``>= 0`` (else it is past its depth).
+    Without ``random_depth`` the positions of every layer are the rows (positions past them:
+    spares). With it (``layers`` = 3) each row's chain stops after a depth uniform in
+    {1, 2, 3}, drawn balanced: row ``r`` holds one of ``3 D`` places ``t_r``
+    (``D = ceil(rows / 3)``, depth ``t_r // D + 1``) and, in layer ``k``, position
+    ``t_r - k D`` if that is ``>= 0`` (else its chain has ended): layer ``k`` has ``(3 - k) D``
+    positions.
     """
     if random_depth:
         d = -(-rows // 3)
-        places = 3 * d
-        t = torch.randperm(places, generator=g, device=dev)[:rows]
-        pos = t - d * torch.arange(layers, device=dev).view(layers, 1)  # (layers, rows)
-        active = pos >= 0
-        pos = pos.clamp(min=0)
+        positions = [(3 - k) * d for k in range(layers)]
     else:
-        places = rows
-        pos = torch.arange(rows, device=dev).expand(layers, rows)
-        active = torch.ones((), dtype=torch.bool, device=dev).expand(layers, rows)
-    c = -(-places // n_ops)
-    perm = _perms(layers, n_ops * c, g, dev)
-    slot = torch.where(active, perm.gather(1, pos), n_ops * c)
-    return slot, active, c
-
-
-def _host_index(values: Sequence[int], dev: torch.device) -> Tensor:
-    """A constant int64 index built on the host and copied without waiting."""
-    return torch.tensor(values, dtype=torch.int64).to(dev, non_blocking=True)
+        positions = [rows] * layers
+    per_op = tuple(-(-p // n_ops) for p in positions)
+    perms = [torch.randperm(n_ops * c, generator=g, device=dev) for c in per_op]
+    if not random_depth:  # position p is row p (p >= rows: a spare)
+        return per_op, tuple(perms), max(p.numel() for p in perms)
+    # the row at every place of every layer's positions, spares (>= rows) elsewhere
+    t = torch.randperm(3 * d, generator=g, device=dev)[:rows]
+    span = max(k * d + n_ops * c for k, c in enumerate(per_op))
+    row_at = _host(torch.arange(rows, rows + span), dev).scatter_(
+        0, t, _host(torch.arange(rows), dev)
+    )
+    held = tuple(row_at[k * d :].index_select(0, p) for k, p in enumerate(perms))
+    return per_op, held, rows + span
 
 
 def row_draws(slots: Slots) -> tuple[Tensor, Tensor, Tensor]:
-    """Per row and layer (layers, R): the operation's index in the set (slot ``s`` draws
-    operation ``s // c``; -1: past the chain's depth), its level and its direction, read from
-    the row's slot."""
-    m = slots.level.shape[1]
-    at = slots.slot.clamp(max=m - 1)
-    op = torch.where(slots.slot < m, slots.slot.div(slots.per_op, rounding_mode="floor"), -1)
-    return op, slots.level.gather(1, at), slots.sign.gather(1, at)
-
-
-def _rows_of_slots(slot: Tensor, m: int, spare: int) -> Tensor:
-    """The row of every slot, (layers, m): ``spare`` for the slots no row took."""
-    layers, rows = slot.shape
-    out = torch.full((layers, m + 1), spare, dtype=torch.int64, device=slot.device)
-    src = torch.arange(rows, device=slot.device).expand(layers, rows)
-    return out.scatter_(1, slot, src)[:, :m]  # rows past their depth land on column m
-
-
-def _stage_parts(kinds: tuple[str, ...], c: int) -> tuple[tuple[str, slice, dict[str, slice]], ...]:
-    """Per stage present: its name, its slots' range and each of its operations' range in it."""
-    names = [kinds[j] for j in block_order(kinds)]
-    out = []
-    for stage, members, _ in _GROUPS:
-        blocks = [b for b, kind in enumerate(names) if kind in members]
-        if not blocks:
-            continue
-        start = blocks[0] * c
-        parts: dict[str, slice] = {}
-        for kind in members:
-            own = [b for b in blocks if names[b] == kind]
-            if own:
-                parts[kind] = slice(own[0] * c - start, (own[-1] + 1) * c - start)
-        out.append((stage, slice(start, (blocks[-1] + 1) * c), parts))
-    return tuple(out)
-
-
-def run_slots(
-    u: Tensor,
-    copies: int,
-    slots: Slots,
-    kinds: Sequence[str],
-) -> Tensor:
-    """Every layer of the slots on ``copies`` copies of the uint8 levels ``u`` (N samples,
-    ``R = copies N`` rows: row ``j N + i`` is copy ``j`` of sample ``i``). Returns the
-    (R + 1, C, H, W) rows (the last one spare): ``[:R]`` is the result.
-
-    Per layer: one gather of the slots' rows, in the order of the stages, each stage on its
-    range (each operation on its ``c`` slots), one write back. Every row is changed by the
-    first layer (its depth is at least 1), so the first layer reads ``u`` directly.
-    """
-    n, dev = u.shape[0], u.device
-    rows = copies * n
-    layers, m = slots.level.shape
-    kinds = tuple(kinds)
-    c = slots.per_op
-    order = block_order(kinds)
-    # the slots in the order of the stages: block b of the gathered rows is block order[b]
-    by_stage = _host_index([j * c + i for j in order for i in range(c)], dev)
-    level, sign = (t.index_select(1, by_stage) for t in (slots.level, slots.sign))
-    op = _host_index([j for j in order for _ in range(c)], dev).expand(layers, m)
-    plan = plan_ops(op, level, sign, kinds, u.shape[2], u.shape[3], only=NOT_LUT)
-    at = _rows_of_slots(slots.slot, m, rows).index_select(1, by_stage)
-    out = torch.empty((rows + 1, *u.shape[1:]), dtype=torch.uint8, device=u.device)
-    stages = _stage_parts(kinds, c)
-    for k in range(layers):
-        if k == 0:  # the spare row (rows) reads sample 0 here
-            v = u.index_select(0, at[0].remainder(n))
+    """Per layer and row, (layers, rows): the operation's index in the set (-1: past the
+    chain's depth), its level and its direction (+-1), read from the row's slot."""
+    dev = slots.sign.device
+    ops, levels, signs = [], [], []
+    start = 0
+    for c, held in zip(slots.per_op, slots.held, strict=True):
+        m = held.numel()
+        slot = torch.full((slots.spares + 1,), -1, dtype=torch.int64, device=dev)
+        slot = slot.scatter_(0, held, torch.arange(m, device=dev))[: slots.rows]
+        active = slot >= 0
+        at = slot.clamp(min=0)
+        op_of_slot = torch.tensor(slots.order, device=dev).repeat_interleave(c)
+        ops.append(torch.where(active, op_of_slot[at], -1))
+        own = slice(start, start + m)
+        if isinstance(slots.level, Tensor):
+            levels.append(slots.level[own][at])
         else:
-            v = out.index_select(0, at[k])
-        for stage, s, parts in stages:
-            sub = {key: t[k, s] for key, t in plan.items()}
-            group = _Slice(v[s], sub, level[k, s], sign[k, s], parts, host_free=True)
-            _STAGES[stage](group)
-        out.index_copy_(0, at[k], v)
+            levels.append(torch.full((slots.rows,), slots.level, dtype=torch.float64, device=dev))
+        signs.append(torch.where(slots.sign[own][at], 1.0, -1.0).double())
+        start += m
+    return torch.stack(ops), torch.stack(levels), torch.stack(signs)
+
+
+def run_slots(u: Tensor, copies: int, slots: Slots, kinds: Sequence[str]) -> Tensor:
+    """Every layer of the slots on ``copies`` copies of the uint8 levels ``u`` (N samples,
+    ``R = copies N`` rows: row ``j N + i`` is copy ``j`` of sample ``i``). Returns the rows and
+    spares, ``(slots.spares, C, H, W)``: ``[:R]`` is the result.
+
+    Per layer: one gather of the slots' rows (device order), each stage on its range of rows
+    (:func:`augment._batched_device.apply_layer`), one write back. Every row is in the first
+    layer (its depth is at least 1), which reads ``u`` directly.
+    """
+    n = u.shape[0]
+    kinds = tuple(kinds)
+    plan = plan_slots(kinds, slots.per_op, slots.level, slots.sign, tuple(u.shape[1:]))
+    out = torch.empty((slots.spares, *u.shape[1:]), dtype=torch.uint8, device=u.device)
+    start = 0
+    for k, (c, held) in enumerate(zip(slots.per_op, slots.held, strict=True)):
+        if k == 0:  # a spare reads some sample: its result is dropped
+            v = u.index_select(0, held.remainder(n))
+        else:
+            v = out.index_select(0, held)
+        lay = _cached(layout)(kinds, c)
+        apply_layer(v, plan, start, lay)
+        out.index_copy_(0, held, v)
+        start += lay.rows
     return out
+
+
+__all__ = ["Slots", "block_order", "draw_slots", "row_draws", "run_slots"]

@@ -119,7 +119,7 @@ def _augmix_reference(x, kinds, draws) -> torch.Tensor:
 def test_batch_augmix_equals_per_sample_pil_chains(augmentation_set) -> None:
     x = _batch(np.random.default_rng(11), 6, 3, 20, 24)
     kinds = AB._kinds(augmentation_set)
-    draws = BP.augmix_draws(6, len(kinds), 3.0, -1, 3, 1.0, torch.Generator().manual_seed(5))
+    draws = BP.augmix_draws(6, kinds, 3.0, -1, 3, 1.0, torch.Generator().manual_seed(5))
     out = augment.batch_augment_and_mix(
         x, 3, -1, 3, 1.0, augmentation_set, generator=torch.Generator().manual_seed(5)
     )
@@ -132,7 +132,7 @@ def test_batch_augmix_equals_per_sample_pil_chains(augmentation_set) -> None:
 def test_batch_randaugment_equals_per_sample_pil_chains() -> None:
     x = _batch(np.random.default_rng(12), 8, 3, 16, 20)
     kinds = AB._kinds("all")
-    ops, signs = BP.randaugment_draws(8, len(kinds), 3, torch.Generator().manual_seed(2))
+    ops, signs = BP.randaugment_draws(8, kinds, 3, torch.Generator().manual_seed(2))
     out = augment.batch_randaugment(x, 7, 3, generator=torch.Generator().manual_seed(2))
     for i in range(8):
         img = x[i]
@@ -192,7 +192,7 @@ def _pil_choices(augmentation_set: str, n: int, depth: int) -> list[str]:
 def test_randaugment_op_distribution_matches_pil_transform() -> None:
     n, depth = 400, 2
     kinds = AB._kinds("all")
-    ops, _ = BP.randaugment_draws(n, len(kinds), depth, torch.Generator().manual_seed(0))
+    ops, _ = BP.randaugment_draws(n, kinds, depth, torch.Generator().manual_seed(0))
     ours = np.bincount(ops.flatten().numpy(), minlength=len(kinds))
     pil = _pil_choices("all", n, depth)
     theirs = np.array([pil.count(k) for k in kinds])
@@ -208,7 +208,7 @@ def test_randaugment_op_distribution_matches_pil_transform() -> None:
 def test_augmix_draws_have_the_pil_transforms_distributions() -> None:
     n, width, alpha = 600, 3, 1.0
     g = torch.Generator().manual_seed(4)
-    weights, m, ops, levels, signs = BP.augmix_draws(n, 13, 3.0, -1, width, alpha, g)
+    weights, m, ops, levels, signs = BP.augmix_draws(n, AB._kinds("all"), 3.0, -1, width, alpha, g)
     # chain depth uniform on {1, 2, 3}, per chain
     depth = (ops >= 0).sum(-1).flatten().numpy()
     counts = np.bincount(depth, minlength=4)[1:]
@@ -223,7 +223,7 @@ def test_augmix_draws_have_the_pil_transforms_distributions() -> None:
     drawn = signs[ops >= 0]  # a chain past its depth draws nothing
     assert _binomial_ok(int((drawn > 0).sum()), drawn.numel(), 0.5)
     # small alpha: nearly one chain and nearly all-or-nothing, never NaN
-    w_small, m_small, *_ = BP.augmix_draws(n, 13, 3.0, 2, width, 0.01, g)
+    w_small, m_small, *_ = BP.augmix_draws(n, AB._kinds("all"), 3.0, 2, width, 0.01, g)
     assert torch.isfinite(w_small).all() and torch.isfinite(m_small).all()
     assert (w_small.amax(-1) > 0.99).float().mean() > 0.9
     assert ((m_small < 0.01) | (m_small > 0.99)).float().mean() > 0.9
