@@ -38,8 +38,10 @@ from augment._batched_stages import GEOMETRIC
 
 _FIXED = ("posterize", "solarize", "brightness", "brightness_original")  # tables of the level
 _STATS = ("autocontrast", "equalize")  # tables of the pixels, in this order
-_BLENDS = ("contrast", "contrast_original", "color", "color_original", "sharpness")
-_BLENDS += ("sharpness_original",)
+_BLENDS = (
+    *("contrast", "contrast_original", "color", "color_original"),
+    *("sharpness", "sharpness_original"),
+)
 DEVICE_ORDER = (*_FIXED, *_STATS, *_BLENDS, *GEOMETRIC)
 _WIDTH = 257  # a plane's table: entry 0 unused, so that its index also addresses a histogram
 T = TypeVar("T")
@@ -219,8 +221,9 @@ def plan_slots(
     dev = sign.device
     if isinstance(level, Tensor):
         k = _cached(_slot_kinds)(kinds, per_op).to(dev)
-        lut, factor, warp = _slot_parameters(k, level, torch.where(sign, 1.0, -1.0).double(),
-                                             *shape[1:])
+        lut, factor, warp = _slot_parameters(
+            k, level, torch.where(sign, 1.0, -1.0).double(), *shape[1:]
+        )
         table = _tables(lut, shape[0])
     else:
         host = _cached(_host_parameters)(kinds, per_op, float(level), shape)

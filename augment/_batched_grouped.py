@@ -8,8 +8,9 @@ formulas of their 256-entry tables to their slice's levels (equalize: a table lo
 and sharpness are one blend each; rotate and shear_y are warped, and the shifts of whole rows
 or planes (shear_x, translate_x, translate_y) are window copies. The rows go back to their
 order once, after the last layer. Sorting reads the op indices on the host: CPU tensors only,
-not for compiled code (:func:`augment.batched_ops.apply_plan` is that path). The values
-equal :func:`~augment.batched_ops.apply_plan`'s (the same pixels, per sample; tested).
+not for accelerators or compiled code (the slots of :mod:`augment._batched_slots` are that
+path). The values equal :func:`~augment.batched_ops.apply_plan`'s (the same pixels, per
+sample; tested).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from augment._batched_stages import (
     KINDS,
     _affine,
     _blend16,
-    _counts,
     _grey,
     _smooth,
     _table_index,
@@ -63,9 +63,7 @@ def _places(kinds: tuple[str, ...]) -> Tensor:
 
 class _Slice:
     """One group's samples in a layer: their grey levels ``u`` (a slice of the sorted batch),
-    plan entries, levels and signs, and which rows of ``u`` chose which operation.
-    ``host_free``: the stages read nothing on the host (the device path of
-    :mod:`augment._batched_slots`: no ``bincount``, the row shifts as warps)."""
+    plan entries, levels and signs, and which rows of ``u`` chose which operation."""
 
     def __init__(
         self,
@@ -74,10 +72,8 @@ class _Slice:
         level: Tensor,
         sign: Tensor,
         parts: dict[str, slice],
-        host_free: bool = False,
     ) -> None:
         self.u, self.plan, self.level, self.sign, self.parts = u, plan, level, sign, parts
-        self.host_free = host_free
 
 
 def _posterize(u: Tensor, level: Tensor) -> None:
@@ -85,26 +81,21 @@ def _posterize(u: Tensor, level: Tensor) -> None:
     u &= (256 - _posterize_step(level)).to(torch.uint8).view(-1, 1, 1, 1)
 
 
-def _solarize(u: Tensor, level: Tensor, host_free: bool = False) -> None:
+def _solarize(u: Tensor, level: Tensor) -> None:
     """255 - v = v XOR 255 where v >= the threshold (256: nowhere)."""
     t = _solarize_threshold(level)
     threshold = t.clamp(max=255.0).to(torch.uint8).view(-1, 1, 1, 1)
-    if not host_free:
-        # against a full-size threshold: torch's CPU comparison with a broadcast (or scalar)
-        # operand is over 10x slower than with a tensor of the same shape
-        threshold = threshold.expand_as(u).contiguous()
+    # against a full-size threshold: torch's CPU comparison with a broadcast (or scalar)
+    # operand is over 10x slower than with a tensor of the same shape
+    threshold = threshold.expand_as(u).contiguous()
     flip = torch.ge(u, threshold).view(torch.uint8)
     u ^= flip.mul_(torch.where(t < 256.0, 255, 0).to(torch.uint8).view(-1, 1, 1, 1))
 
 
-def _scaled(u: Tensor, level: Tensor, sign: Tensor | None, host_free: bool = False) -> None:
+def _scaled(u: Tensor, level: Tensor, sign: Tensor | None) -> None:
     """brightness: a blend with black, ``f v`` (``v - 0`` and ``+ 0`` change no float32)."""
     f = _factor(level, sign).float().view(-1, 1, 1, 1)
-    if host_free:  # one float32 temporary, converted back as it is copied: on a GPU two
-        # passes fewer (on CPU, torch converts mixed dtypes value by value: slower there)
-        u.copy_(torch.mul(u, f).clamp_(0.0, 255.0))
-    else:
-        u.copy_(u.to(torch.float32).mul_(f).clamp_(0.0, 255.0).to(torch.int16))
+    u.copy_(u.to(torch.float32).mul_(f).clamp_(0.0, 255.0).to(torch.int16))
 
 
 def _contrast(u: Tensor, f: Tensor) -> None:
@@ -113,25 +104,19 @@ def _contrast(u: Tensor, f: Tensor) -> None:
     u.copy_(_blend16(grey_mean(_grey(v)), v, f.view(-1, 1, 1, 1)))
 
 
-def _autocontrast(u: Tensor, host_free: bool = False) -> None:
+def _autocontrast(u: Tensor) -> None:
     """:func:`autocontrast_tables`'s formula on the levels themselves: between the lowest and
     the highest level present, the quotient lies in [1/2, 255 + 1/2], so no clamp is needed
     and the conversion's truncation is the floor."""
     lo, span = autocontrast_range(u)
-    if host_free:  # uint8 read into float32 by the subtraction, converted back by the copy
-        u.copy_(torch.sub(u, lo).mul_(510.0).add_(span).div_(span * 2.0))
-        return
     q = u.to(torch.float32).sub_(lo).mul_(510.0).add_(span).div_(span * 2.0)
     u.copy_(q.to(torch.int16))
 
 
-def _equalize(u: Tensor, host_free: bool = False) -> None:
+def _equalize(u: Tensor) -> None:
     n, c = u.shape[:2]
     idx = _table_index(u)  # read before u is overwritten
-    if host_free:  # bincount's output size depends on the values
-        hist = _counts(idx, n * c * 256).view(n, c, 256)
-    else:
-        hist = torch.bincount(idx, minlength=n * c * 256).view(n, c, 256).to(torch.int32)
+    hist = torch.bincount(idx, minlength=n * c * 256).view(n, c, 256).to(torch.int32)
     tables = to_uint8(equalize_tables(u, hist))
     torch.index_select(tables.view(-1), 0, idx, out=u.view(-1))
 
@@ -145,15 +130,15 @@ def _table_stage(g: _Slice) -> None:
         if kind == "posterize":
             _posterize(u, g.level[s])
         elif kind == "solarize":
-            _solarize(u, g.level[s], g.host_free)
+            _solarize(u, g.level[s])
         elif kind.startswith("brightness"):
-            _scaled(u, g.level[s], None if kind.endswith("_original") else g.sign[s], g.host_free)
+            _scaled(u, g.level[s], None if kind.endswith("_original") else g.sign[s])
         elif kind.startswith("contrast"):
             _contrast(u, g.plan["contrast"][s])
         elif kind == "autocontrast":
-            _autocontrast(u, g.host_free)
+            _autocontrast(u)
         else:
-            _equalize(u, g.host_free)
+            _equalize(u)
 
 
 def _color_stage(g: _Slice) -> None:
@@ -163,25 +148,12 @@ def _color_stage(g: _Slice) -> None:
     g.u.copy_(_blend16(_grey(v), v, g.plan["color"].view(-1, 1, 1, 1)))
 
 
-def _smooth_by_conv(v: Tensor) -> tuple[Tensor, Tensor]:
-    """:func:`~augment._batched_stages._smooth` as one grouped 3x3 convolution (the device
-    path: one kernel instead of five full-size passes). The same values: the taps (1 and 5)
-    and the levels (0..255) are exact even in TF32, the sums are integers below 2^24, and the
-    rounding ``floor(k / 13 + 1/2)`` of a sum ``k`` (never within 1/26 of a half-integer)
-    absorbs any error under 1/2 of a convolution algorithm that rounds (FFT, Winograd)."""
-    c = v.shape[1]
-    taps = torch.tensor([[1.0, 1.0, 1.0], [1.0, 5.0, 1.0], [1.0, 1.0, 1.0]])
-    kernel = taps.expand(c, 1, 3, 3).to(v.device, non_blocking=True)
-    k = torch.nn.functional.conv2d(v, kernel, groups=c)
-    return k.mul_(1.0 / 13.0).add_(0.5).floor_(), v[:, :, 1:-1, 1:-1]
-
-
 def _sharpness_stage(g: _Slice) -> None:
     h, w = g.u.shape[2:]
     if h < 3 or w < 3:
         return
     v = g.u.to(torch.float32)
-    smooth, centre = _smooth_by_conv(v) if g.host_free else _smooth(v)
+    smooth, centre = _smooth(v)
     # the border is left as it is
     g.u[:, :, 1:-1, 1:-1] = _blend16(smooth, centre, g.plan["sharpness"].view(-1, 1, 1, 1))
 
@@ -224,9 +196,6 @@ def _geometric_stage(g: _Slice) -> None:
     """rotate and shear_y by the warp (:func:`_affine`), the shifts of whole rows or planes
     (shear_x, translate_x, translate_y) as window copies: the same pixels."""
     a = g.plan["affine"]
-    if g.host_free:  # every geometric operation as the warp (the shifts read on the host)
-        _warp(g.u, a)
-        return
     for kinds, apply in _GEOMETRIC_PARTS:
         present = [g.parts[kind] for kind in kinds if kind in g.parts]
         if present:

@@ -3,7 +3,7 @@ level scaling (:mod:`augment.primitives`) per sample, in float64 as Python compu
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import torch
 from torch import Tensor
@@ -28,7 +28,7 @@ def _factor(level: Tensor, sign: Tensor | None) -> Tensor:
     return 1.0 + 0.09 * level * sign
 
 
-def _matrix(chose: _Choice, level: Tensor, sign: Tensor, h: int, w: int) -> Tensor:
+def _matrix(chose: Callable[[str], Tensor], level: Tensor, sign: Tensor, h: int, w: int) -> Tensor:
     """The (..., 6) float64 inverse affine matrices of the geometric ops, as the PIL kernels
     build them (the identity for the other ops), every op at once: a rotation by 0 where
     none is drawn, plus the shear or translation term of the op drawn (adding 0 changes no

@@ -126,7 +126,8 @@ def run_slots(u: Tensor, copies: int, slots: Slots, kinds: Sequence[str]) -> Ten
     """
     n = u.shape[0]
     kinds = tuple(kinds)
-    plan = plan_slots(kinds, slots.per_op, slots.level, slots.sign, tuple(u.shape[1:]))
+    c, h, w = u.shape[1:]
+    plan = plan_slots(kinds, slots.per_op, slots.level, slots.sign, (c, h, w))
     out = torch.empty((slots.spares, *u.shape[1:]), dtype=torch.uint8, device=u.device)
     start = 0
     for k, (c, held) in enumerate(zip(slots.per_op, slots.held, strict=True)):

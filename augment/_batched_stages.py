@@ -8,9 +8,12 @@ operations, the blends, the warp).
   :mod:`augment.batched_ops`.
 * :func:`augment._batched_grouped.apply_grouped`, each operation on the samples that chose it
   only (one operation's work per sample, as the PIL path), on uint8: for eager CPU, where
-  grouping reads the (host) op indices; its stages, in their host-free forms, also run the
-  slots of :mod:`augment._batched_slots` (accelerators, ``torch.compile``). All give the same
-  values for the same draws.
+  grouping reads the (host) op indices.
+* the slots of :mod:`augment._batched_slots` (accelerators, ``torch.compile``): each
+  operation on the rows of its slots, in three stages per layer
+  (:mod:`augment._batched_device`).
+
+All give the same values for the same draws.
 """
 
 from __future__ import annotations

@@ -75,7 +75,15 @@ _FREE_OPS = frozenset(
     }
 )
 _GATHERS = frozenset({"index", "gather", "index_select", "take", "embedding", "_unsafe_index"})
-_WRITE_ONLY = frozenset({"fill_", "zero_", "copy_", "normal_", "uniform_", "random_", "bernoulli_"})
+# Ops that write some entries of their ``self`` (at an index): they read their index and
+# source and write as many entries as the source holds (the accumulating ones read them too),
+# not the whole ``self``.
+_SCATTERS = frozenset({"index_copy_", "index_put_", "_index_put_impl_", "scatter_"})
+_ACCUMULATES = frozenset({"index_add_", "scatter_add_", "scatter_reduce_", "index_reduce_"})
+_WRITE_ONLY = frozenset(
+    {"fill_", "zero_", "copy_", "normal_", "uniform_", "random_", "bernoulli_"}
+    | {"_foreach_copy_", "_foreach_zero_", "_foreach_fill_"}
+)
 _MTA_TENSORS = (110, 64, 48, 36, 30)  # tensors per launch by number of lists
 _MTA_BLOCKS = 320
 _MTA_CHUNK = 65536
@@ -217,6 +225,10 @@ _PLACEHOLDERS: dict[str, Callable[[str, tuple[Any, ...], dict[str, Any]], Any]] 
 }
 
 
+# Random ops without a meta kernel: one launch, an output shaped like their first argument.
+_RANDOM_LIKE = frozenset({"_sample_dirichlet", "_standard_gamma", "poisson", "binomial"})
+
+
 def _placeholder(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """What the mode returns for a value the host would wait for, so the run goes on (None:
     run the op: ``unique`` and the like may have meta kernels)."""
@@ -279,7 +291,10 @@ class CountingMode(TorchDispatchMode):
             placeholder = _placeholder(name, args, kwargs)
             if placeholder is not None:
                 return placeholder
-        out = func(*args, **kwargs)
+        if name in _RANDOM_LIKE and _on_device(args[0]):
+            out = torch.empty_like(args[0])
+        else:
+            out = func(*args, **kwargs)
         if not sync:
             self._record(func, name, args, kwargs, flat, out, on_device)
         return out
@@ -369,6 +384,9 @@ class CountingMode(TorchDispatchMode):
         c.launches += launches
         c.by_op[name] += launches
         inputs = [t for t in flat if _on_device(t)]
+        if name in _SCATTERS or name in _ACCUMULATES:
+            self._record_scatter(name, args, kwargs, inputs)
+            return
         mutated = _mutated(func, args, kwargs)
         outs = mutated + [t for t in outs if all(t is not m for m in mutated)]
         written_ids = {id(t) for t in outs}
@@ -383,6 +401,25 @@ class CountingMode(TorchDispatchMode):
             read += sum(_distinct_bytes(t) for t in outs)
         c.read += read
         c.written += sum(_distinct_bytes(t) for t in outs)
+
+    def _record_scatter(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Any]
+    ) -> None:
+        """Bytes of an op that writes entries of ``self`` at an index: the index and source
+        read, the entries written (read too when accumulated), at most all of ``self``."""
+        target = args[0]
+        others = [t for t in inputs if t is not target]
+        read = sum(_distinct_bytes(t) for t in others)
+        source = max(
+            (t for t in others if t.dtype == target.dtype), key=torch.Tensor.numel, default=None
+        )
+        entries = target.numel() if source is None else min(target.numel(), source.numel())
+        touched = entries * target.element_size()
+        accumulate = name in _ACCUMULATES or bool(
+            kwargs.get("accumulate", len(args) > 3 and args[3] is True)
+        )
+        self.counts.read += read + (touched if accumulate else 0)
+        self.counts.written += touched
 
 
 @contextlib.contextmanager

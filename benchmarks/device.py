@@ -267,6 +267,29 @@ def ours() -> dict[str, Case]:
     return cases
 
 
+def variants() -> dict[str, list[tuple[str, Case]]]:
+    """Ours on other inputs, beside the peers that take them: row name -> [(label, case)]."""
+    import augment
+
+    return {
+        "BatchAugMix": [
+            (
+                "ours (float32 input)",
+                _augment(lambda: augment.BatchAugMix(severity=3, width=3), torch.float32),
+            )
+        ],
+        "BatchRandAugment": [
+            (
+                "ours (float32 input)",
+                _augment(lambda: augment.BatchRandAugment(severity=9, depth=2), torch.float32),
+            )
+        ],
+    }
+
+
+PEER_CALLS = 8  # the peers draw their operations per call: their figures are averages
+
+
 def peers() -> dict[str, list[tuple[str, Case]]]:
     """The peers' equivalents that are importable here: row name -> [(peer, case)]."""
     out: dict[str, list[tuple[str, Case]]] = {}
@@ -303,11 +326,17 @@ def peers() -> dict[str, list[tuple[str, Case]]]:
     return out
 
 
-def measure(case: Case) -> tuple[int, int, float]:
-    """(launches, syncs, bytes ÷ min) of one call of the case."""
+def measure(case: Case, calls: int = 1) -> tuple[float, float, float]:
+    """(launches, syncs, bytes ÷ min) of a call of the case, averaged over ``calls`` calls
+    (torch's global generator seeded first: the same figures on every run)."""
+    torch.manual_seed(0)
     step, minimum = case()
-    counts = count(step)
-    return counts.launches, counts.syncs, counts.bytes / max(minimum, 1)
+    runs = [count(step, warmup=i == 0) for i in range(calls)]
+    return (
+        sum(c.launches for c in runs) / calls,
+        sum(c.syncs for c in runs) / calls,
+        sum(c.bytes for c in runs) / calls / max(minimum, 1),
+    )
 
 
 def run(*, quick: bool = False, device: str = "cpu") -> list[Table]:
@@ -316,24 +345,35 @@ def run(*, quick: bool = False, device: str = "cpu") -> list[Table]:
         "Accelerator cost per call, counted on meta tensors (launches, syncs, bytes ÷ minimum)",
         ["op", "implementation", "launches", "syncs", "bytes ÷ min"],
     )
+    others, all_peers = variants(), peers()
     for name, case in ours().items():
         table.add(name, "ours", *_row(case))
-        for side, peer_case in peers().get(name, []):
-            table.add(name, side, *_row(peer_case))
+        for side, other in others.get(name, []):
+            table.add(name, side, *_row(other))
+        for side, peer_case in all_peers.get(name, []):
+            table.add(name, side, *_row(peer_case, PEER_CALLS))
     table.notes.append(
         "Counted by benchmarks/_counter.py: one aten op on the device is one launch (views and "
         "allocations none; _foreach_* grouped as CUDA's multi-tensor apply), every host wait a "
-        "sync. Peers run on the same meta tensors; a dash: the peer cannot run there."
+        "sync; an op that writes at an index (index_copy_, index_add_, scatter_) moves its "
+        "index and source and the entries it writes. Peers run on the same meta tensors, "
+        f"averaged over {PEER_CALLS} calls (they draw their operations per call); a dash: the "
+        "peer cannot run there."
     )
     return [table]
 
 
-def _row(case: Case) -> tuple[object, object, object]:
+def _row(case: Case, calls: int = 1) -> tuple[object, object, object]:
     try:
-        launches, syncs, ratio = measure(case)
+        launches, syncs, ratio = measure(case, calls)
     except Exception:  # a peer (or its import) that cannot run on meta tensors
         return None, None, None
-    return launches, syncs, math.floor(ratio * 100) / 100
+    return _figure(launches), _figure(syncs), math.floor(ratio * 100) / 100
+
+
+def _figure(value: float) -> int | float:
+    """A count, or an average to one decimal."""
+    return int(value) if value == int(value) else round(value, 1)
 
 
 if __name__ == "__main__":
