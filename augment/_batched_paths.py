@@ -238,7 +238,7 @@ def _mix(
         if out.dtype == torch.uint8:  # on CPU through int16: see to_uint8
             out[s].copy_(acc.add_(0.5) if fused else acc.add_(0.5).to(torch.int16))
         else:
-            out[s] = acc.div_(255.0)
+            out[s] = acc.clamp_(max=255.0).div_(255.0)  # the weights sum to 1, up to rounding
     return out
 
 

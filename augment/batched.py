@@ -14,20 +14,21 @@ the set, through one random permutation. A row's operation is uniform over the s
 independent of its level, direction and other layers, but an operation is drawn by at most ``c``
 rows of a layer (sampling without replacement from ``c`` copies of each operation, where the PIL
 transform samples each image independently); AugMix's chain depths in {1, 2, 3} are balanced the
-same way (at most ``ceil(rows / 3)`` chains each). This is what lets the device path know every
-operation's group size on the host.
+same way (at most ``ceil(rows / 3)`` chains each), and a layer has slots for the chains still
+running only. This is what lets the device path know every operation's group size on the host.
 
 How it runs, two paths with the same draws and the same values (tested):
 
-* On accelerators and under ``torch.compile``: per layer, one gather of the slots in the order
-  of the stages, each operation applied to its own ``c`` rows only (uint8 levels, the grouped
-  path's stages in their host-free forms: equalize's histogram by ``index_add_``, every
-  geometric op as the 16.16 fixed-point warp), one write back; then the mix in float32. Fixed
-  shapes, no value read on the host, no Python loop over the samples: it compiles once under
-  ``torch.compile`` and never synchronises a GPU. Counted without a GPU
-  (``python -m benchmarks device``), 64 x 3 x 224 x 224 uint8: AugMix (width 3) 556 kernel
-  launches and 3.8 GB of memory traffic (198x the batch read and written once), RandAugment
-  (depth 2) 375 launches and 0.75 GB (39x); no syncs.
+* On accelerators and under ``torch.compile``: per layer, one gather of the slots, the
+  operations in the order of three stages, each stage once on its own rows (a table lookup
+  for posterize, solarize, brightness, autocontrast and equalize; a blend for contrast,
+  color and sharpness; Pillow's fixed-point warp for the geometric ones), one write back;
+  then the mix in float32. Fixed shapes, no value read on the host, no Python loop over the
+  samples: it compiles once under ``torch.compile`` and never synchronises a GPU. Counted
+  without a GPU (``python -m benchmarks device``), 64 x 3 x 224 x 224 uint8: AugMix (width
+  3) 268 kernel launches and 2.5 GB of memory traffic (129x the batch read and written
+  once; torchvision v2's one chain for the whole batch: about 120x), RandAugment (depth 2)
+  96 launches and 0.68 GB (35x); no syncs.
 * On CPU in eager mode (``x`` on the CPU, not compiling; the generator is then a CPU one):
   :func:`augment.batched_ops.apply_grouped`, which reads the drawn operation indices (CPU
   tensors, host values already: nothing waits on a device), sorts the samples of each layer
@@ -156,12 +157,12 @@ def batch_augment_and_mix(
     :mod:`augment.batched`): each chain's draws have the distribution above, but an operation
     is drawn by at most ``ceil(width N / K)`` chains of a layer (``K`` operations in the set).
 
-    Cost and memory: ``depth`` layers over the ``width N`` chains (``depth = -1``: 3, a chain
-    past its depth unchanged). On accelerators and under ``torch.compile`` each layer applies
-    each operation to the chains that drew it only (one gather and one write back of the
-    chains per layer; 556 kernel launches and 3.8 GB of traffic at 64 x 3 x 224 x 224 uint8,
+    Cost and memory: ``depth`` layers over the ``width N`` chains (``depth = -1``: 3 layers,
+    the second and third over the chains still running only). On accelerators and under
+    ``torch.compile`` each layer applies each operation to the chains that drew it only (one
+    gather and one write back of the chains per layer; 268 kernel launches and 2.5 GB of traffic at 64 x 3 x 224 x 224 uint8,
     width 3); peak extra memory, measured (process peak resident size, 32 x 3 x 224 x 224, on
-    the CPU): about 5 float32 copies of the batch (the uint8 chains, a layer's gathered
+    the CPU): about 4 float32 copies of the batch (the uint8 chains, a layer's gathered
     rows and its temporaries, the float32 mix). On CPU (eager) each sample pays for its own
     operations only and the batch is processed in groups of samples: the output and a working
     set of about 55 MiB for a group's chains and temporaries at 224 x 224, whatever the batch
@@ -245,10 +246,10 @@ def batch_randaugment(
     operation is drawn by at most ``ceil(N / K)`` samples of a layer.
 
     Cost and memory: ``depth`` layers, each applying only the drawn operation to each sample,
-    on accelerators and under ``torch.compile`` (each operation on its own slots: 375 kernel
-    launches and 0.75 GB of traffic at 64 x 3 x 224 x 224 uint8, depth 2) as on CPU (eager,
+    on accelerators and under ``torch.compile`` (each operation on its own slots: 96 kernel
+    launches and 0.68 GB of traffic at 64 x 3 x 224 x 224 uint8, depth 2) as on CPU (eager,
     grouped: see :func:`batch_augment_and_mix`); peak extra memory, measured as for
-    :func:`batch_augment_and_mix`: about 1.5 float32 copies of the batch on the device path;
+    :func:`batch_augment_and_mix`: about 1.3 float32 copies of the batch on the device path;
     on CPU (eager) the output and about 50 MiB of a group's temporaries (measured: 60 MiB
     extra for 64 x 3 x 224 x 224 uint8, 1.6 float32 copies; 88 MiB for 256 samples, 0.6).
 

@@ -260,6 +260,17 @@ def test_modules_after_the_loader() -> None:
     assert augment.batch_augment_and_mix(x8[:0]).shape == (0, 3, 12, 12)
 
 
+@pytest.mark.parametrize("grouped", [True, False])
+def test_float_augmix_stays_in_0_1(monkeypatch, grouped) -> None:
+    """The mix's weights sum to 1 only up to rounding: a white batch must not come back above
+    1 (it did, by one float32 ulp, before the mix was clamped)."""
+    monkeypatch.setattr(BP, "GROUPED", grouped)
+    x = torch.ones(32, 3, 8, 8)
+    for seed in range(4):
+        out = augment.batch_augment_and_mix(x, generator=torch.Generator().manual_seed(seed))
+        assert float(out.min()) >= 0.0 and float(out.max()) <= 1.0
+
+
 def test_no_host_reads(monkeypatch) -> None:
     """The accelerator/compile path (each operation on its slots); eager CPU groups the
     samples by reading the (host) op indices, by design."""
