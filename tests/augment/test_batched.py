@@ -14,7 +14,7 @@ import augment
 from augment import _batched_paths as BP
 from augment import batched as AB
 from augment import batched_ops as B
-from tests.devicecheck import assert_compiles_once, no_host_reads
+from tests.devicecheck import assert_compiles_once, compile_counter, no_host_reads
 
 GEOMETRIC = ["rotate", "shear_x", "shear_y", "translate_x", "translate_y"]
 POINT = ["autocontrast", "equalize", "posterize", "solarize"]
@@ -295,6 +295,63 @@ def test_compiles_once_across_batches() -> None:
     results = assert_compiles_once(step, calls)
     for (a, r), ((x,), _) in zip(results, calls, strict=True):
         assert a.shape == r.shape == x.shape and a.dtype == r.dtype == torch.uint8
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_compiled_transforms_equal_eager_ones(dtype) -> None:
+    """The device path traced whole (its host-planned constants, its strided writes done as
+    copies) gives the values of eager code drawing the same random numbers, all operations and
+    depths included (RandAugment depth 3, AugMix's random depths)."""
+    aug = augment.BatchAugMix(severity=3, width=3)
+    ra = augment.BatchRandAugment(severity=7, depth=3, augmentation_set="original")
+
+    def step(x):
+        return aug(x), ra(x)
+
+    torch._dynamo.reset()
+    compiled, counter = compile_counter(step)
+    rs = np.random.default_rng(6)
+    for seed in range(3):
+        x = _batch(rs, 16, 3, 12, 14)
+        x = x if dtype == torch.uint8 else x.to(dtype) / 255
+        torch.manual_seed(seed)
+        got = compiled(x)
+        torch.manual_seed(seed)
+        want = step(x)
+        for g, w in zip(got, want, strict=True):
+            assert torch.equal(g, w)
+    assert counter.frame_count == 1
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow
+def test_inductor_compiled_transforms_match_eager_ones() -> None:
+    """Inductor's generated kernels (torch's random numbers kept: ``fallback_random``) give
+    eager's values up to one grey level: a fused kernel may contract a multiply and an add
+    (one rounding instead of two) where a float32 value lies on a rounding boundary."""
+    import torch._inductor.config as inductor_config
+
+    aug = augment.BatchAugMix(severity=3, depth=1, width=2)
+    ra = augment.BatchRandAugment(severity=7, depth=1, augmentation_set="original")
+
+    def step(x):
+        return aug(x), ra(x)
+
+    torch._dynamo.reset()
+    rs = np.random.default_rng(6)
+    with inductor_config.patch(fallback_random=True):
+        compiled = torch.compile(step, fullgraph=True)
+        for seed in range(2):
+            x = _batch(rs, 16, 3, 12, 14)
+            torch.manual_seed(seed)
+            got = compiled(x)
+            torch.manual_seed(seed)
+            want = step(x)
+            for g, w in zip(got, want, strict=True):
+                diff = (g.int() - w.int()).abs()
+                assert int(diff.max()) <= 1 and float((diff > 0).float().mean()) < 0.01
     torch._dynamo.reset()
 
 
