@@ -9,7 +9,8 @@ range of rows:
   level-only operations are planned once per call (:func:`plan_slots`); autocontrast's come
   from the lowest and highest levels of its planes, equalize's from their histograms (one
   ``index_add_``), both through one formula, ``floor(num / den)`` (Pillow's integer
-  arithmetic, exact in float32: every quantity is an integer below ``2^24``).
+  arithmetic, exact in float32: every quantity is an integer below ``2^24``, for images of
+  up to ``2^24`` pixels, 4096 x 4096).
 * **blends** (contrast, color, sharpness): Pillow's ``Image.blend(d, v, f)``, one blend for the
   range, each row with its degenerate image ``d``: its mean grey level (contrast), its grey
   image (color) or its ``SMOOTH``-filtered image with the border unchanged (sharpness).
@@ -47,10 +48,28 @@ _WIDTH = 257  # a plane's table: entry 0 unused, so that its index also addresse
 T = TypeVar("T")
 
 
-def _cached(fn: Callable[..., T]) -> Callable[..., T]:
+def host_cache(fn: Callable[..., T]) -> Callable[..., T]:
     """``fn``, an ``lru_cache`` of host work, or under ``torch.compile`` the function it wraps
     (traced through: its results are constants of the graph)."""
     return fn.__wrapped__ if torch.compiler.is_compiling() else fn  # type: ignore[attr-defined]
+
+
+def on_device(
+    host: Callable[..., tuple[Tensor, ...]], *args: object, device: torch.device
+) -> tuple[Tensor, ...]:
+    """The tensors of ``host(*args)`` (an ``lru_cache`` of host tensors) on ``device``, copied
+    once and kept: no host-to-device copy per call. Under ``torch.compile``, traced (constants
+    of the graph)."""
+    if torch.compiler.is_compiling():
+        return tuple(t.to(device) for t in host.__wrapped__(*args))  # type: ignore[attr-defined]
+    return _device_copies(host, args, device)
+
+
+@functools.lru_cache(maxsize=256)
+def _device_copies(
+    host: Callable[..., tuple[Tensor, ...]], args: tuple[object, ...], device: torch.device
+) -> tuple[Tensor, ...]:
+    return tuple(t.to(device, non_blocking=True) for t in host(*args))
 
 
 def _floor_div_into(t: Tensor, divisor: float, out: Tensor) -> None:
@@ -106,10 +125,13 @@ def layout(kinds: tuple[str, ...], per_op: int) -> Layout:
 class _SlotKinds(NamedTuple):
     """Which operation every slot draws (slots of every layer in turn): ``flags`` (kinds of
     :data:`DEVICE_ORDER` and "original", M) bool, ``coef`` (2, M) float64, the blend factor's
-    constant term and slope (1 and 0.09, or 0.1 and 0.18 for the "*_original" forms)."""
+    constant term and slope (1 and 0.09, or 0.1 and 0.18 for the "*_original" forms);
+    ``columns`` and ``offset``, the warp's coefficients from the affine ones."""
 
     flags: Tensor
     coef: Tensor
+    columns: Tensor
+    offset: Tensor
 
     def chose(self, kind: str) -> Tensor:
         return self.flags[DEVICE_ORDER.index(kind)]
@@ -117,11 +139,6 @@ class _SlotKinds(NamedTuple):
     @property
     def original(self) -> Tensor:
         return self.flags[-1]
-
-    def to(self, device: torch.device) -> _SlotKinds:
-        return _SlotKinds(
-            self.flags.to(device, non_blocking=True), self.coef.to(device, non_blocking=True)
-        )
 
 
 @functools.lru_cache(maxsize=64)
@@ -134,7 +151,11 @@ def _slot_kinds(kinds: tuple[str, ...], per_op: tuple[int, ...]) -> _SlotKinds:
         [[0.1 if o else 1.0 for o in original], [0.18 if o else 0.09 for o in original]],
         dtype=torch.float64,
     )
-    return _SlotKinds(flags, coef)
+    # per coordinate (A2, A0, A1) and (A5, A3, A4); + 2^16: the source is read from the image
+    # framed by one black pixel (coordinates + 1)
+    columns = torch.tensor([2, 0, 1, 5, 3, 4])
+    offset = torch.tensor([[65536, 0, 0], [65536, 0, 0]], dtype=torch.int32)
+    return _SlotKinds(flags, coef, columns, offset)
 
 
 class Plan(NamedTuple):
@@ -148,11 +169,6 @@ class Plan(NamedTuple):
     hist: Tensor
     factor: Tensor
     warp: Tensor
-
-
-_WARP_COLUMNS = (2, 0, 1, 5, 3, 4)
-# + 2^16: the source is read from the image framed by one black pixel (coordinates + 1)
-_WARP_OFFSET = ((65536, 0, 0), (65536, 0, 0))
 
 
 def _slot_parameters(
@@ -176,9 +192,7 @@ def _slot_parameters(
     is_bright = k.chose("brightness") | k.chose("brightness_original")
     lut = torch.where(is_bright.unsqueeze(-1), bright, lut.float())
     a = _fixed_point(_matrix(k.chose, level, sign, h, w))  # (M, 6)
-    columns = torch.tensor(_WARP_COLUMNS).to(dev, non_blocking=True)
-    offset = torch.tensor(_WARP_OFFSET, dtype=torch.int32).to(dev, non_blocking=True)
-    warp = a.index_select(-1, columns).view(-1, 2, 3).add_(offset).transpose(0, 1)
+    warp = a.index_select(-1, k.columns).view(-1, 2, 3).add_(k.offset).transpose(0, 1)
     return lut, f, warp
 
 
@@ -196,7 +210,7 @@ def _host_parameters(
     """``(table, factor, warp)`` of :func:`_slot_parameters` at one level for every slot, for
     both directions (a new first dimension: -1, +1), on the host; ``table`` as in
     :class:`Plan`."""
-    k = _cached(_slot_kinds)(kinds, per_op)
+    k = host_cache(_slot_kinds)(kinds, per_op)
     m = k.flags.shape[1]
     lv = torch.full((m,), level, dtype=torch.float64)
     sides = [
@@ -220,14 +234,13 @@ def plan_slots(
     True for +1; ``shape``: the images' (C, H, W)."""
     dev = sign.device
     if isinstance(level, Tensor):
-        k = _cached(_slot_kinds)(kinds, per_op).to(dev)
+        k = _SlotKinds(*on_device(_slot_kinds, kinds, per_op, device=dev))
         lut, factor, warp = _slot_parameters(
             k, level, torch.where(sign, 1.0, -1.0).double(), *shape[1:]
         )
         table = _tables(lut, shape[0])
     else:
-        host = _cached(_host_parameters)(kinds, per_op, float(level), shape)
-        pairs = (t.to(dev, non_blocking=True) for t in host)
+        pairs = on_device(_host_parameters, kinds, per_op, float(level), shape, device=dev)
         (t_neg, t_pos), (f_neg, f_pos), (w_neg, w_pos) = pairs
         table = torch.where(sign.view(-1, 1, 1), t_pos, t_neg)
         factor = torch.where(sign, f_pos, f_neg)
@@ -276,8 +289,7 @@ def _host_consts(tables: int, c: int, h: int, w: int) -> _Consts:
 
 
 def _consts(tables: int, shape: tuple[int, ...], dev: torch.device) -> _Consts:
-    host = _cached(_host_consts)(tables, *shape)
-    return _Consts(*(t.to(dev, non_blocking=True) for t in host))
+    return _Consts(*on_device(_host_consts, tables, *shape, device=dev))
 
 
 def _table_stage(v: Tensor, table: Tensor, hist: Tensor, lay: Layout, k: _Consts) -> None:

@@ -22,13 +22,21 @@ draws as per-row operation indices (:func:`row_draws`), so both paths give the s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from augment._batched_device import _cached, apply_layer, block_order, layout, plan_slots
+from augment._batched_device import (
+    apply_layer,
+    block_order,
+    host_cache,
+    layout,
+    on_device,
+    plan_slots,
+)
 
 
 class Slots(NamedTuple):
@@ -51,8 +59,9 @@ class Slots(NamedTuple):
     sign: Tensor
 
 
-def _host(values: Tensor, dev: torch.device) -> Tensor:
-    return values.to(dev, non_blocking=True)
+@functools.lru_cache(maxsize=64)
+def _ramp(n: int) -> tuple[Tensor]:
+    return (torch.arange(n),)
 
 
 def draw_slots(
@@ -84,9 +93,8 @@ def draw_slots(
     # the row at every place of every layer's positions, spares (>= rows) elsewhere
     t = torch.randperm(3 * d, generator=g, device=dev)[:rows]
     span = max(k * d + n_ops * c for k, c in enumerate(per_op))
-    row_at = _host(torch.arange(rows, rows + span), dev).scatter_(
-        0, t, _host(torch.arange(rows), dev)
-    )
+    row_at = torch.arange(rows, rows + span, device=dev)
+    row_at.scatter_(0, t, on_device(_ramp, rows, device=dev)[0])
     held = tuple(row_at[k * d :].index_select(0, p) for k, p in enumerate(perms))
     return per_op, held, rows + span
 
@@ -135,7 +143,7 @@ def run_slots(u: Tensor, copies: int, slots: Slots, kinds: Sequence[str]) -> Ten
             v = u.index_select(0, held.remainder(n))
         else:
             v = out.index_select(0, held)
-        lay = _cached(layout)(kinds, c)
+        lay = host_cache(layout)(kinds, c)
         apply_layer(v, plan, start, lay)
         out.index_copy_(0, held, v)
         start += lay.rows

@@ -15,7 +15,8 @@ host reads, no CPU-only kernels), nothing is computed, so realistic shapes cost 
   ``masked_select``, ``unique``, ``bincount``, boolean-mask indexing, ``repeat_interleave``
   without ``output_size``), ``equal``, and copies from the device to the host (a
   non-blocking one is counted apart). The mode answers them with placeholders (``.item()``:
-  1), so the run goes on and every sync is counted;
+  1), so the run goes on and every sync is counted; copies from the host to the device are
+  counted too (``uploads``: a constant built on the host every call);
 - **bytes**: device bytes read (tensor inputs, a stride-0 dimension once; gathers only what
   they gather) and written (outputs and in-place arguments).
 
@@ -97,6 +98,7 @@ class Counts:
     launches: int = 0
     syncs: int = 0
     async_copies: int = 0
+    uploads: int = 0  # copies from the host to the device (blocking or not)
     read: int = 0
     written: int = 0
     by_op: Counter[str] = field(default_factory=Counter)
@@ -357,6 +359,8 @@ class CountingMode(TorchDispatchMode):
             c.async_copies += int(not blocking)
             c.by_op[f"sync:{name} to host"] += int(blocking)
             return True
+        if not _on_device(src) and dst_on_device and isinstance(src, torch.Tensor):
+            c.uploads += 1
         if not _on_device(src) and dst_on_device and blocking and src.dim() > 0:
             c.syncs += 1
             c.by_op[f"sync:{name} from host"] += 1

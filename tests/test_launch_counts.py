@@ -41,7 +41,7 @@ PINNED: dict[str, tuple[int, int]] = {
     # ---- batched augmentations (device path: per layer, one table stage, one blend stage and
     # one warp stage, each on its own slots; issue 25's targets: AugMix <= 300, RandAugment
     # <= 100)
-    "BatchAugMix": (268, 0),  # 3 layers of about 45, the draws, the device-side plan, the mix
+    "BatchAugMix": (269, 0),  # 3 layers of about 45, the draws, the device-side plan, the mix
     "BatchRandAugment": (96, 0),  # 2 layers of about 45; planned on the host
     # ---- training-state helpers on ResNet-50 (issue 25's targets: SAMOptimizer.step <= 30
     # launches, compute_ema with a 0-d tensor smoothing <= 10 as with a float, adaptive
@@ -105,6 +105,7 @@ def test_the_counter_sees_per_tensor_loops_syncs_and_views() -> None:
     assert count(lambda mode: torch.ones(3).to(DEVICE)).syncs == 1
     assert count(lambda mode: torch.ones(3).to(DEVICE, non_blocking=True)).syncs == 0
     assert count(lambda mode: torch.tensor(2.0).to(DEVICE)).syncs == 0
+    assert count(lambda mode: torch.ones(3).to(DEVICE, non_blocking=True)).uploads == 1
     # CPU tensors are the host's: not counted
     host = count(lambda mode: torch.ones(3).add(1).sum().item())
     assert (host.launches, host.syncs) == (0, 0)
@@ -146,6 +147,13 @@ BYTES_AT_MOST = {"BatchAugMix": 135.0, "BatchRandAugment": 37.0}
 def test_batched_augmentations_move_one_operations_bytes_per_sample(name: str) -> None:
     _, _, ratio = D.measure(D.ours()[name])
     assert ratio <= BYTES_AT_MOST[name], f"{name}: {ratio:.1f}x the minimum bytes"
+
+
+@pytest.mark.parametrize("name", sorted(BYTES_AT_MOST))
+def test_batched_augmentations_copy_nothing_from_the_host_per_call(name: str) -> None:
+    """Their constants (tables of the level-only operations, the warp's coordinates, ...) go
+    to the device once and are kept: a call uploads nothing."""
+    assert count(D.ours()[name]()[0]).uploads == 0
 
 
 def test_uncounted_parts_are_left_out() -> None:
