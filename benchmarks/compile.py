@@ -520,6 +520,11 @@ def _run(*, quick: bool, device: str, backend: str | None, only: str | None) -> 
         "breaks include torch's own (loss.backward() inside the closure and the base "
         "optimizer's step always break), for both implementations."
     )
+    ops.notes.append(
+        "A Python float argument costs one recompile: dynamo compiles it as a constant first and "
+        "symbolically from its second value on, for any function (`lambda x, lam: x * lam` does "
+        "the same). Pass a 0-d tensor, or compile with `dynamic=True`, for exactly one graph."
+    )
     return [models, ops]
 
 
