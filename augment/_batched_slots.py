@@ -72,7 +72,7 @@ def draw_slots(
     g: torch.Generator | None,
     dev: torch.device,
 ) -> tuple[tuple[int, ...], tuple[Tensor, ...], int]:
-    """The slots of every layer: ``(per_op, held, ids)`` as in :class:`Slots`.
+    """The slots of every layer: ``(per_op, held, spares)`` as in :class:`Slots`.
 
     Without ``random_depth`` the positions of every layer are the rows (positions past them:
     spares). With it (``layers`` = 3) each row's chain stops after a depth uniform in
@@ -138,12 +138,12 @@ def run_slots(u: Tensor, copies: int, slots: Slots, kinds: Sequence[str]) -> Ten
     plan = plan_slots(kinds, slots.per_op, slots.level, slots.sign, (c, h, w))
     out = torch.empty((slots.spares, *u.shape[1:]), dtype=torch.uint8, device=u.device)
     start = 0
-    for k, (c, held) in enumerate(zip(slots.per_op, slots.held, strict=True)):
+    for k, (per_op, held) in enumerate(zip(slots.per_op, slots.held, strict=True)):
         if k == 0:  # a spare reads some sample: its result is dropped
             v = u.index_select(0, held.remainder(n))
         else:
             v = out.index_select(0, held)
-        lay = host_cache(layout)(kinds, c)
+        lay = host_cache(layout)(kinds, per_op)
         apply_layer(v, plan, start, lay)
         out.index_copy_(0, held, v)
         start += lay.rows
