@@ -34,7 +34,7 @@ from typing import NamedTuple, TypeVar
 import torch
 from torch import Tensor
 
-from augment._batched_plan import _fixed_point, _matrix, _posterize_step, _solarize_threshold
+from augment._batched_plan import _factor, _plan_affine, _plan_lut
 from augment._batched_stages import GEOMETRIC
 
 _FIXED = ("posterize", "solarize", "brightness", "brightness_original")  # tables of the level
@@ -124,21 +124,26 @@ def layout(kinds: tuple[str, ...], per_op: int) -> Layout:
 
 class _SlotKinds(NamedTuple):
     """Which operation every slot draws (slots of every layer in turn): ``flags`` (kinds of
-    :data:`DEVICE_ORDER` and "original", M) bool, ``coef`` (2, M) float64, the blend factor's
-    constant term and slope (1 and 0.09, or 0.1 and 0.18 for the "*_original" forms);
-    ``columns`` and ``offset``, the warp's coefficients from the affine ones."""
+    :data:`DEVICE_ORDER` and "original", M) bool; ``columns`` and ``offset``, the warp's
+    coefficients from the affine ones."""
 
     flags: Tensor
-    coef: Tensor
     columns: Tensor
     offset: Tensor
 
-    def chose(self, kind: str) -> Tensor:
-        return self.flags[DEVICE_ORDER.index(kind)]
 
-    @property
-    def original(self) -> Tensor:
-        return self.flags[-1]
+class _SlotChoice:
+    """:class:`_SlotKinds`' masks as :class:`augment._batched_plan.Chooser` answers them: the
+    planning of :func:`augment._batched_plan.plan_ops` then serves the slots."""
+
+    def __init__(self, kinds: Sequence[str], flags: Tensor) -> None:
+        self.kinds, self.flags = frozenset(kinds), flags
+
+    def __contains__(self, kind: str) -> bool:
+        return kind in self.kinds
+
+    def __call__(self, kind: str) -> Tensor:
+        return self.flags[DEVICE_ORDER.index(kind)]
 
 
 @functools.lru_cache(maxsize=64)
@@ -147,15 +152,11 @@ def _slot_kinds(kinds: tuple[str, ...], per_op: tuple[int, ...]) -> _SlotKinds:
     kind = [name for c in per_op for name in names for _ in range(c)]
     original = [s.endswith("_original") for s in kind]
     flags = torch.tensor([[s == k for s in kind] for k in DEVICE_ORDER] + [original])
-    coef = torch.tensor(
-        [[0.1 if o else 1.0 for o in original], [0.18 if o else 0.09 for o in original]],
-        dtype=torch.float64,
-    )
     # per coordinate (A2, A0, A1) and (A5, A3, A4); + 2^16: the source is read from the image
     # framed by one black pixel (coordinates + 1)
     columns = torch.tensor([2, 0, 1, 5, 3, 4])
     offset = torch.tensor([[65536, 0, 0], [65536, 0, 0]], dtype=torch.int32)
-    return _SlotKinds(flags, coef, columns, offset)
+    return _SlotKinds(flags, columns, offset)
 
 
 class Plan(NamedTuple):
@@ -172,28 +173,17 @@ class Plan(NamedTuple):
 
 
 def _slot_parameters(
-    k: _SlotKinds, level: Tensor, sign: Tensor, h: int, w: int
+    kinds: tuple[str, ...], k: _SlotKinds, level: Tensor, sign: Tensor, h: int, w: int
 ) -> tuple[Tensor, Tensor, Tensor]:
     """``(lut, factor, warp)`` of every slot: the (M, 256) float32 tables of the level-only
     table operations, the (M,) float32 blend factors and the (2, M, 3) int32 warp
-    coefficients, with the values of :func:`augment._batched_plan.plan_ops` (``level`` and
+    coefficients, planned as :func:`augment._batched_plan.plan_ops` plans them (``level`` and
     ``sign``: (M,) float64 on ``k``'s device)."""
-    dev = level.device
-    u = level * sign  # level times direction, exactly (the sign is +-1)
-    base, slope = k.coef
-    # 0.1 + 0.18 l, or 1 + 0.09 l s: _factor's float64 values ((0.09 l) s = 0.09 (l s))
-    f = torch.where(k.original, slope * level, slope * u).add_(base).float()
-    ramp = torch.arange(256, device=dev, dtype=torch.float64)
-    q = _posterize_step(level).unsqueeze(-1)
-    solarized = torch.where(ramp >= _solarize_threshold(level).unsqueeze(-1), 255.0 - ramp, ramp)
-    lut = torch.where(k.chose("posterize").unsqueeze(-1), torch.floor(ramp / q) * q, solarized)
-    # brightness: Image.blend with black, f v truncated (v - 0 and + 0 change no float32)
-    bright = (ramp.float() * f.unsqueeze(-1)).clamp_(0.0, 255.0).trunc_()
-    is_bright = k.chose("brightness") | k.chose("brightness_original")
-    lut = torch.where(is_bright.unsqueeze(-1), bright, lut.float())
-    a = _fixed_point(_matrix(k.chose, level, sign, h, w))  # (M, 6)
+    chose = _SlotChoice(kinds, k.flags)
+    f = torch.where(k.flags[-1], _factor(level, None), _factor(level, sign)).float()
+    a = _plan_affine(chose, level, sign, h, w)  # (M, 6)
     warp = a.index_select(-1, k.columns).view(-1, 2, 3).add_(k.offset).transpose(0, 1)
-    return lut, f, warp
+    return _plan_lut(chose, level, sign), f, warp
 
 
 def _tables(lut: Tensor, c: int) -> Tensor:
@@ -214,7 +204,7 @@ def _host_parameters(
     m = k.flags.shape[1]
     lv = torch.full((m,), level, dtype=torch.float64)
     sides = [
-        _slot_parameters(k, lv, torch.full((m,), s, dtype=torch.float64), *shape[1:])
+        _slot_parameters(kinds, k, lv, torch.full((m,), s, dtype=torch.float64), *shape[1:])
         for s in (-1.0, 1.0)
     ]
     lut, factor, warp = (torch.stack(pair) for pair in zip(*sides, strict=True))
@@ -236,7 +226,7 @@ def plan_slots(
     if isinstance(level, Tensor):
         k = _SlotKinds(*on_device(_slot_kinds, kinds, per_op, device=dev))
         lut, factor, warp = _slot_parameters(
-            k, level, torch.where(sign, 1.0, -1.0).double(), *shape[1:]
+            kinds, k, level, torch.where(sign, 1.0, -1.0).double(), *shape[1:]
         )
         table = _tables(lut, shape[0])
     else:

@@ -3,7 +3,8 @@ level scaling (:mod:`augment.primitives`) per sample, in float64 as Python compu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -28,7 +29,16 @@ def _factor(level: Tensor, sign: Tensor | None) -> Tensor:
     return 1.0 + 0.09 * level * sign
 
 
-def _matrix(chose: Callable[[str], Tensor], level: Tensor, sign: Tensor, h: int, w: int) -> Tensor:
+class Chooser(Protocol):
+    """Which samples (or slots) chose an operation: ``kind in chooser`` (drawn by some),
+    ``chooser(kind)`` (a bool mask, the shape of the levels)."""
+
+    def __contains__(self, kind: str) -> bool: ...
+
+    def __call__(self, kind: str) -> Tensor: ...
+
+
+def _matrix(chose: Chooser, level: Tensor, sign: Tensor, h: int, w: int) -> Tensor:
     """The (..., 6) float64 inverse affine matrices of the geometric ops, as the PIL kernels
     build them (the identity for the other ops), every op at once: a rotation by 0 where
     none is drawn, plus the shear or translation term of the op drawn (adding 0 changes no
@@ -107,7 +117,7 @@ def fixed_table(kind: str, level: Tensor, sign: Tensor) -> Tensor:
     return _blend(torch.zeros((), device=level.device), ramp.float(), f)
 
 
-def _plan_lut(chose: _Choice, level: Tensor, sign: Tensor) -> Tensor:
+def _plan_lut(chose: Chooser, level: Tensor, sign: Tensor) -> Tensor:
     """The fixed tables (posterize, solarize, brightness), the identity elsewhere."""
     lut = torch.arange(256, device=level.device, dtype=torch.float32).expand(*level.shape, 256)
     for kind in FAMILIES["lut"]:
@@ -116,7 +126,7 @@ def _plan_lut(chose: _Choice, level: Tensor, sign: Tensor) -> Tensor:
     return lut
 
 
-def _plan_factor(chose: _Choice, level: Tensor, sign: Tensor, name: str) -> Tensor:
+def _plan_factor(chose: Chooser, level: Tensor, sign: Tensor, name: str) -> Tensor:
     """The blend factor of ``name`` (contrast, color, sharpness) per sample, 1 elsewhere."""
     f = torch.ones(level.shape, device=level.device, dtype=torch.float64)
     for form, s in (("", sign), ("_original", None)):
@@ -125,7 +135,7 @@ def _plan_factor(chose: _Choice, level: Tensor, sign: Tensor, name: str) -> Tens
     return f.float()
 
 
-def _plan_affine(chose: _Choice, level: Tensor, sign: Tensor, h: int, w: int) -> Tensor:
+def _plan_affine(chose: Chooser, level: Tensor, sign: Tensor, h: int, w: int) -> Tensor:
     """The 16.16 affine coefficients of the geometric ops, the identity elsewhere."""
     return _fixed_point(_matrix(chose, level, sign, h, w))
 

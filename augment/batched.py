@@ -26,7 +26,7 @@ How it runs, two paths with the same draws and the same values (tested):
   then the mix in float32. Fixed shapes, no value read on the host, no Python loop over the
   samples: it compiles once under ``torch.compile`` and never synchronises a GPU. Counted
   without a GPU (``python -m benchmarks device``), 64 x 3 x 224 x 224 uint8: AugMix (width
-  3) 269 kernel launches and 2.5 GB of memory traffic (129x the batch read and written
+  3) 281 kernel launches and 2.5 GB of memory traffic (129x the batch read and written
   once; torchvision v2's one chain for the whole batch: about 120x), RandAugment (depth 2)
   96 launches and 0.68 GB (35x); no syncs.
 * On CPU in eager mode (``x`` on the CPU, not compiling; the generator is then a CPU one):
@@ -160,7 +160,7 @@ def batch_augment_and_mix(
     Cost and memory: ``depth`` layers over the ``width N`` chains (``depth = -1``: 3 layers,
     the second and third over the chains still running only). On accelerators and under
     ``torch.compile`` each layer applies each operation to the chains that drew it only (one
-    gather and one write back of the chains per layer; 269 kernel launches and 2.5 GB of
+    gather and one write back of the chains per layer; 281 kernel launches and 2.5 GB of
     traffic at 64 x 3 x 224 x 224 uint8, width 3); peak extra memory, measured (process peak
     resident size, 32 x 3 x 224 x 224, on the CPU): about 4 float32 copies of the batch (the
     uint8 chains, a layer's gathered rows and its temporaries, the float32 mix). On CPU

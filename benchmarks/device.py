@@ -245,7 +245,6 @@ def _augment(make: Callable[[], Callable[[torch.Tensor], object]], dtype: torch.
 
 def ours() -> dict[str, Case]:
     """Every per-step op of ours: name -> case."""
-    import augment
 
     cases = _ours_batch_ops()
     cases.update(
@@ -260,30 +259,25 @@ def ours() -> dict[str, Case]:
         }
     )
     cases.update(_ours_layers())
-    cases["BatchAugMix"] = _augment(lambda: augment.BatchAugMix(severity=3, width=3), torch.uint8)
-    cases["BatchRandAugment"] = _augment(
-        lambda: augment.BatchRandAugment(severity=9, depth=2), torch.uint8
-    )
+    cases.update({name: _augment(make, torch.uint8) for name, make in _batched().items()})
     return cases
+
+
+def _batched() -> dict[str, Callable[[], Callable[[torch.Tensor], object]]]:
+    """Our batched augmentations, at the peers' settings: name -> a maker of the transform."""
+    import augment
+
+    return {
+        "BatchAugMix": lambda: augment.BatchAugMix(severity=3, width=3),
+        "BatchRandAugment": lambda: augment.BatchRandAugment(severity=9, depth=2),
+    }
 
 
 def variants() -> dict[str, list[tuple[str, Case]]]:
     """Ours on other inputs, beside the peers that take them: row name -> [(label, case)]."""
-    import augment
-
     return {
-        "BatchAugMix": [
-            (
-                "ours (float32 input)",
-                _augment(lambda: augment.BatchAugMix(severity=3, width=3), torch.float32),
-            )
-        ],
-        "BatchRandAugment": [
-            (
-                "ours (float32 input)",
-                _augment(lambda: augment.BatchRandAugment(severity=9, depth=2), torch.float32),
-            )
-        ],
+        name: [("ours (float32 input)", _augment(make, torch.float32))]
+        for name, make in _batched().items()
     }
 
 

@@ -41,7 +41,7 @@ PINNED: dict[str, tuple[int, int]] = {
     # ---- batched augmentations (device path: per layer, one table stage, one blend stage and
     # one warp stage, each on its own slots; issue 25's targets: AugMix <= 300, RandAugment
     # <= 100)
-    "BatchAugMix": (269, 0),  # 3 layers of about 45, the draws, the device-side plan, the mix
+    "BatchAugMix": (281, 0),  # 3 layers of about 45, the draws, the device-side plan, the mix
     "BatchRandAugment": (96, 0),  # 2 layers of about 45; planned on the host
     # ---- training-state helpers on ResNet-50 (issue 25's targets: SAMOptimizer.step <= 30
     # launches, compute_ema with a 0-d tensor smoothing <= 10 as with a float, adaptive
