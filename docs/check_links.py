@@ -1,11 +1,17 @@
-"""Find broken internal links in the built site: ``python docs/check_links.py docs/_build/html``.
+"""Find broken internal links and remote assets in the built site.
+
+Run as ``python docs/check_links.py docs/_build/html``.
 
 Every ``href`` and ``src`` of every HTML page that is not an external address must name a file
 of the build, and its ``#fragment``, if any, an ``id`` (or ``name``) in that file. Text that
 still reads like a MyST role (``{func}`name```, ``{bench}`...```) was not parsed (in a table
 cell a ``|`` splits it, for instance) and is reported too. External
 addresses (``http:``, ``https:``, ``mailto:``...) are not fetched: nothing here needs the
-network. Exit status 1 and one line per broken link when there are any.
+network. Links *to* other sites are fine; an asset a page *loads* from another host is not: a
+``<script src>``, a style sheet, font or icon ``<link>``, an ``<img>``/``<iframe>``/media
+``src``, or a ``url(...)``/``@import`` in a built ``.css`` file that names a remote address is
+reported, since the site must work offline (air-gapped clusters). Exit status 1 and one line per
+problem when there are any.
 """
 
 from __future__ import annotations
@@ -17,6 +23,15 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 _UNPARSED_ROLE = re.compile(r"\{[a-z:]+\}`")
+# Tags whose ``src`` the browser loads with the page.
+_LOADING_TAGS = frozenset({"script", "img", "iframe", "source", "video", "audio", "embed", "track"})
+# ``<link rel=...>`` kinds that load something (a plain hyperlink-like rel does not).
+_LOADING_RELS = frozenset({"stylesheet", "preload", "prefetch", "modulepreload", "icon", "font"})
+_CSS_REMOTE = re.compile(r"(?:url\(\s*['\"]?|@import\s+['\"])\s*((?:https?:)?//[^'\")\s]+)", re.I)
+
+
+def _is_remote(address: str) -> bool:
+    return bool(urlsplit(address).netloc) or address.startswith("//")
 
 
 class _Page(HTMLParser):
@@ -25,6 +40,7 @@ class _Page(HTMLParser):
         self.links: list[str] = []
         self.anchors: set[str] = set()
         self.unparsed_roles: list[str] = []
+        self.remote_assets: list[str] = []
         self._literal = 0  # inside <code> or <pre>: roles written on purpose, as examples
 
     def handle_endtag(self, tag: str) -> None:
@@ -39,6 +55,7 @@ class _Page(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in ("code", "pre"):
             self._literal += 1
+        self.remote_assets += _remote_assets(tag, dict(attrs))
         for key, value in attrs:
             if value is None:
                 continue
@@ -46,6 +63,27 @@ class _Page(HTMLParser):
                 self.anchors.add(value)
             elif key in ("href", "src") and not (tag == "link" and "://" in value):
                 self.links.append(value)
+
+
+def _remote_assets(tag: str, attrs: dict[str, str | None]) -> list[str]:
+    """The remote addresses a ``<tag attrs>`` would make the browser load (usually none)."""
+    found = []
+    if tag in _LOADING_TAGS and attrs.get("src") and _is_remote(attrs["src"] or ""):
+        found.append(f"<{tag} src={attrs['src']}>")
+    rels = set((attrs.get("rel") or "").lower().split())
+    href = attrs.get("href") or ""
+    if tag == "link" and rels & _LOADING_RELS and _is_remote(href):
+        found.append(f"<link rel={attrs.get('rel')} href={href}>")
+    return found
+
+
+def remote_css_assets(root: Path) -> list[str]:
+    """``'file.css: address'`` for every remote ``url(...)`` or ``@import`` in the built CSS."""
+    return [
+        f"{path.relative_to(root)}: {match.group(1)}"
+        for path in sorted(root.rglob("*.css"))
+        for match in _CSS_REMOTE.finditer(path.read_text(encoding="utf-8", errors="replace"))
+    ]
 
 
 def _parse(path: Path) -> _Page:
@@ -63,6 +101,10 @@ def broken_links(root: Path) -> list[str]:
         where = path.relative_to(root)
         if "_modules" not in where.parts:  # source listings may hold any text
             problems += [f"{where}: unparsed role in {text!r}" for text in page.unparsed_roles]
+        problems += [
+            f"{where}: remote asset {asset} (the site must work offline)"
+            for asset in page.remote_assets
+        ]
         for link in page.links:
             parts = urlsplit(link)
             if parts.scheme or link.startswith("//"):
@@ -87,11 +129,16 @@ def main(argv: list[str]) -> int:
     if not (root / "index.html").is_file():
         print(f"check_links: no built site at {root} (run sphinx-build first)")
         return 1
-    problems = broken_links(root)
+    problems = broken_links(root) + [
+        f"{where} (remote asset in a style sheet: the site must work offline)"
+        for where in remote_css_assets(root)
+    ]
     for problem in problems:
         print(f"broken: {problem}")
     n_pages = len(list(root.rglob("*.html")))
-    print(f"check_links: {n_pages} pages, {len(problems)} broken internal links or unparsed roles")
+    print(
+        f"check_links: {n_pages} pages, {len(problems)} broken internal links, unparsed roles or remote assets"
+    )
     return 1 if problems else 0
 
 

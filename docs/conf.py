@@ -3,7 +3,11 @@
 The site is MyST markdown. The API reference is generated from the docstrings (autosummary);
 the gallery's images are drawn at build time from scikit-learn's sample photos by
 `docs/_ext/gallery.py`; `docs/_ext/api_coverage.py` fails the build when a public name has
-no API page. Nothing here reaches the network.
+no API page. Nothing here reaches the network, and neither does the built site: maths is
+rendered by the MathJax copy that the ``sphinx-mathjax-offline`` package ships (installed with
+the ``docs`` extra and copied into ``_static/mathjax``), not by a CDN, and
+``docs/check_links.py`` fails the build on any script, style sheet or font that a page would load
+from another host.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.viewcode",
     "sphinx.ext.mathjax",
+    # After sphinx.ext.mathjax: points mathjax_path at the local copy (offline, air-gapped).
+    "sphinx-mathjax-offline",
     "sphinx_copybutton",
     "gallery",
     "api_coverage",

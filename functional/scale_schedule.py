@@ -228,7 +228,7 @@ def scale_scheduler(
     ``orig_max_epochs`` is the length of the original run, in scheduler steps (epochs when the
     scheduler is stepped once per epoch). When given, the new run lasts
     ``new = round(orig_max_epochs · ssr)`` steps and every length is scaled by
-    :math:`r = \text{new} / \text{orig\_max\_epochs}` instead of ``ssr``, so the schedule keeps
+    :math:`r = \text{new} / \text{orig_max_epochs}` instead of ``ssr``, so the schedule keeps
     the same shape relative to the run your loop actually performs (a ``T_max`` equal to the
     original run becomes exactly ``new``).
 

@@ -55,7 +55,7 @@ class SWA:
     A *unit* is whatever you step your LR scheduler by: an epoch (``total_steps`` = number of
     epochs) or a batch (``total_steps`` = number of optimizer steps). Call :meth:`step` at the
     end of every unit *instead of* ``scheduler.step()``. With
-    :math:`s = \operatorname{round}(\text{swa\_start} \cdot \text{total\_steps})` (halves up):
+    :math:`s = \operatorname{round}(\text{swa_start} \cdot \text{total_steps})` (halves up):
 
     - units :math:`0 \ldots s-1` are ordinary training: :meth:`step` steps your ``scheduler``
       (if given);
@@ -66,7 +66,7 @@ class SWA:
       ``swa_lr=None`` keeps each param group's current rate, constant.
     - the weights are averaged (``torch.optim.swa_utils.AveragedModel``, an equal-weight running
       mean) at the end of SWA-phase units :math:`i` with
-      :math:`(i - s + 1) \bmod \text{update\_interval} = 0`: after units
+      :math:`(i - s + 1) \bmod \text{update_interval} = 0`: after units
       :math:`s + k - 1, s + 2k - 1, \ldots` for ``update_interval=k``. The averaged copy is made
       at the first average, so the pre-SWA phase costs no memory.
 

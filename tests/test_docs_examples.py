@@ -150,6 +150,45 @@ def test_link_checker_finds_broken_links(tmp_path: Path) -> None:
     ]
 
 
+def test_link_checker_rejects_assets_loaded_from_another_host(tmp_path: Path) -> None:
+    links = _load("docs_check_links", DOCS / "check_links.py")
+    (tmp_path / "_static").mkdir()
+    (tmp_path / "_static" / "local.js").write_text("", encoding="utf-8")
+    (tmp_path / "index.html").write_text(
+        '<script src="https://cdn.example.org/mathjax/tex-chtml.js"></script>'
+        '<script src="_static/local.js"></script>'
+        '<link rel="stylesheet" href="//fonts.example.org/css?family=X">'
+        '<link rel="canonical" href="https://example.org/docs/">'
+        '<a href="https://example.org/paper.pdf">a paper, linked not loaded</a>'
+        '<img src="http://example.org/logo.png">',
+        encoding="utf-8",
+    )
+    (tmp_path / "_static" / "theme.css").write_text(
+        "@font-face { src: url('https://fonts.example.org/a.woff2'); }\n"
+        '@import "//example.org/more.css";\nbody { background: url(local.png); }',
+        encoding="utf-8",
+    )
+    problems = [p.split(" (")[0] for p in links.broken_links(tmp_path)]
+    assert problems == [
+        "index.html: remote asset <script src=https://cdn.example.org/mathjax/tex-chtml.js>",
+        "index.html: remote asset <link rel=stylesheet href=//fonts.example.org/css?family=X>",
+        "index.html: remote asset <img src=http://example.org/logo.png>",
+    ]
+    assert links.remote_css_assets(tmp_path) == [
+        "_static/theme.css: https://fonts.example.org/a.woff2",
+        "_static/theme.css: //example.org/more.css",
+    ]
+
+
+def test_offline_check_finds_formulas_mathjax_did_not_typeset() -> None:
+    offline = _load("docs_check_offline", DOCS / "check_offline.py")
+    dom = (
+        '<span class="math notranslate nohighlight"><mjx-container>x</mjx-container></span>'
+        '<div class="math notranslate nohighlight">\\[\\lambda x\\]</div>'
+    )
+    assert offline.untypeset_formulas(dom) == ["\\[\\lambda x\\]"]
+
+
 _CARD_SECTIONS = (
     "## What it does",
     "## When it helps, and when it does not",

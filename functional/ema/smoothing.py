@@ -29,7 +29,7 @@ def ema_smoothing(half_life: float | str, update_interval: float | str = 1) -> f
     r"""The EMA smoothing factor that halves old weights' influence every ``half_life`` steps.
 
     .. math::
-        s = \exp\Bigl(-\ln 2 \cdot \frac{\text{update\_interval}}{\text{half\_life}}\Bigr)
+        s = \exp\Bigl(-\ln 2 \cdot \frac{\text{update_interval}}{\text{half_life}}\Bigr)
 
     Both arguments are numbers in the same unit (batches or epochs), or, as in the EMA seed
     (Composer's ``EMA(half_life='50ba', update_interval='1ba')``), time strings: an integer
