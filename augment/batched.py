@@ -185,9 +185,10 @@ def batch_augment_and_mix(
         The mixed batch: uint8 rounded half up; float not rounded (``mix / 255``).
 
     Raises:
-        ValueError: bad shape (an (N, H, W, C) batch: the message says how to permute), a
-            float batch outside [0, 1], severity outside [0, 10], width < 1, depth neither -1
-            nor >= 1, alpha <= 0, an unknown set name, a generator on another device.
+        ValueError: bad shape (an (N, H, W, C) batch: the message says how to permute; an
+            image of height or width 0, in the PIL path's words), a float batch outside
+            [0, 1], severity outside [0, 10], width < 1, depth neither -1 nor >= 1,
+            alpha <= 0, an unknown set name, a generator on another device.
         TypeError: a non-tensor, an integer dtype other than uint8, a set member without a
             batched kernel, a bad generator.
 

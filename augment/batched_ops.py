@@ -100,7 +100,8 @@ __all__ = [
 
 def check_batch(x: object, name: str = "x") -> Tensor:
     """``x`` as a checked (N, C, H, W) tensor, C = 1 or 3, uint8 or floating point in [0, 1]
-    (the values checked without a host read on accelerators: :func:`augment._args.check_values`)."""
+    (the values checked without a host read on accelerators: :func:`augment._args.check_values`),
+    with H, W >= 1 unless the batch is empty (N = 0 comes back as a copy)."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.ndim == 4 and x.shape[1] not in (1, 3) and x.shape[3] in (1, 3):
@@ -117,6 +118,8 @@ def check_batch(x: object, name: str = "x") -> Tensor:
         raise TypeError(
             f"{name} must be torch.uint8 (0..255) or floating point (0..1), got {x.dtype}"
         )
+    if x.shape[0] > 0 and (x.shape[2] == 0 or x.shape[3] == 0):  # as the PIL path says it
+        raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
     if max(x.shape[2], x.shape[3]) > 32767:
         raise ValueError(f"{name} must be at most 32767 pixels a side, got {tuple(x.shape)}")
     if x.is_floating_point() and x.numel() > 0:

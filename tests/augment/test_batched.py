@@ -416,6 +416,21 @@ def test_bad_batches() -> None:
         B.rotate(torch.zeros(2, 3, 8, 8, dtype=torch.uint8), torch.ones(3), 1.0)
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 0, 5), (2, 1, 4, 0)])
+@pytest.mark.parametrize("transform", [augment.BatchAugMix(), augment.BatchRandAugment()])
+def test_an_empty_image_is_the_pil_paths_error(transform, shape) -> None:
+    """Height or width 0 in a non-empty batch: the PIL path's ValueError, in its words."""
+    c, h, w = shape[1:]
+    with pytest.raises(ValueError, match="must not be empty") as pil:
+        augment.augment_and_mix(torch.zeros((c, h, w), dtype=torch.uint8))
+    with pytest.raises(ValueError, match="must not be empty") as batched:
+        transform(torch.zeros(shape, dtype=torch.uint8))
+    assert str(pil.value) == f"img must not be empty, got shape {(c, h, w)}"
+    assert str(batched.value) == f"x must not be empty, got shape {shape}"
+    empty_batch = torch.zeros((0, c, h, w), dtype=torch.uint8)  # nothing to augment: a copy
+    assert transform(empty_batch).shape == empty_batch.shape
+
+
 @pytest.mark.parametrize("fn", [augment.batch_augment_and_mix, augment.batch_randaugment])
 def test_a_float_batch_outside_0_1_is_an_error_with_the_fix(fn) -> None:
     """A batch of 0..255 floats or a normalized batch was silently clamped to [0, 1]."""
