@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import augment
-from augment import _batched_paths as BP
-from augment import batched as AB
-from augment import batched_ops as B
+from augment.batched import ops as B
+from augment.batched import paths as BP
+from augment.batched import transforms as AB
 from tests.devicecheck import assert_compiles_once, compile_counter, no_host_reads
 
 GEOMETRIC = ["rotate", "shear_x", "shear_y", "translate_x", "translate_y"]

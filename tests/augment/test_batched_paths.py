@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import augment
-from augment import _batched_grouped as G
-from augment import _batched_paths as BP
-from augment import batched as AB
-from augment import batched_ops as B
+from augment.batched import grouped as G
+from augment.batched import ops as B
+from augment.batched import paths as BP
+from augment.batched import transforms as AB
 from tests.augment.test_batched import _batch
 
 
