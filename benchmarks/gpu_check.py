@@ -225,13 +225,13 @@ def _peers(check: Check) -> dict:
 
     quick, dev, s = check.dry_run, check.device, check.sizes
     tables = [*ops.run(quick=quick, device=dev), *optim.run(quick=quick, device=dev)]
-    for kind in ("augmix", "randaugment"):
+    for kind, name in (("augmix", "BatchAugMix"), ("randaugment", "BatchRandAugment")):
         table = bench_augment._batched_table(
             kind, [s.aug_size], s.aug_batch, s.aug_repeats, dev, per_sample_loop=True
         )
         tables.append(table)
         row = dict(zip(table.columns, table.rows[0], strict=True))
-        check.summary.append((f"Batch{kind} img/s", f"{float(row['ours img/s']):,.0f}", ""))
+        check.summary.append((f"{name} img/s", f"{float(row['ours img/s']):,.0f}", _vs(row)))
     check.tables.extend(tables)
     return {"tables": [{"title": t.title, "rows": _rows(t)} for t in tables]}
 
@@ -247,6 +247,13 @@ def _recompiles_allowed() -> Iterator[None]:
     name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
     with config.patch({name: 64}):
         yield
+
+
+def _vs(row: dict) -> str:
+    """The ratios of a batched augment row, as text (ours over each peer, in img/s)."""
+    return ", ".join(
+        f"{k[5:]} {float(v):.2f}" for k, v in row.items() if k.startswith("x vs") and v
+    )
 
 
 def _train_steps(model: nn.Module, check: Check, extras: dict[str, Extra]) -> dict[str, Step]:
@@ -381,6 +388,26 @@ def summary_table(check: Check) -> str:
     return "\n".join(f"{a:<{width}}  {b:<22}  {c}" for a, b, c in check.summary)
 
 
+def _write_results(text: str) -> None:
+    from benchmarks.__main__ import RESULTS, merge_results
+
+    previous = RESULTS.read_text() if RESULTS.exists() else ""
+    RESULTS.write_text(merge_results(previous, {"gpu_check": text}))
+
+
+def _predict_only(budget_s: float) -> int:
+    check = Check("meta", False, budget_s)
+    check.section("predicted", _predicted)
+    pending = (
+        "_Not measured yet: no GPU run so far. `make gpu-check` on a CUDA machine replaces this "
+        "section with the measured figures beside these predictions._"
+    )
+    text = report(check).replace("\n\n", f"\n\n{pending}\n\n", 1)
+    _write_results(text)
+    print(text)
+    return 0 if check.sections["predicted"]["status"] == "ok" else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.gpu_check", description=__doc__.splitlines()[0]
@@ -393,7 +420,15 @@ def main(argv: list[str] | None = None) -> int:
         "--budget-s", type=float, default=450.0, help="sections that no longer fit are skipped"
     )
     parser.add_argument("--output-dir", type=Path, default=OUT)
+    parser.add_argument(
+        "--predict-only",
+        action="store_true",
+        help="only the counter's predictions (no device needed), written to RESULTS.md's "
+        "gpu_check section until a GPU run replaces it",
+    )
     args = parser.parse_args(argv)
+    if args.predict_only:
+        return _predict_only(args.budget_s)
     if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
         parser.error(
             "no CUDA device here: run `python -m benchmarks.gpu_check --device cpu --dry-run`"
@@ -410,10 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.output_dir / f"{stem}.json").write_text(json.dumps(data, indent=1, default=str))
     (args.output_dir / f"{stem}.md").write_text(text)
     if not args.dry_run:
-        from benchmarks.__main__ import RESULTS, merge_results
-
-        previous = RESULTS.read_text() if RESULTS.exists() else ""
-        RESULTS.write_text(merge_results(previous, {"gpu_check": text}))
+        _write_results(text)
     print(text, "", summary_table(check), sep="\n")
     failed = [n for n, s in check.sections.items() if s["status"] == "failed"]
     return 1 if failed else 0
