@@ -27,6 +27,11 @@ minutes by construction: the estimates below add up to under 450 s):
    first), as overhead over the plain step. Dry run: a small Bottleneck ResNet, batch 2 at
    32x32, ``backend="eager"``.
 
+The run's state (sizes, estimates, the budget) is in :mod:`benchmarks.gpu_check_state`, the
+ResNet-50 section in :mod:`benchmarks.gpu_check_step`; the cases, peers and timing are those
+of ``benchmarks/device.py``, ``ops.py``, ``optim.py``, ``augment.py``, ``models.py`` and
+``_harness.py``.
+
 Output: ``benchmarks/out/gpu_check.json`` and ``benchmarks/out/gpu_check.md`` (dry run:
 ``gpu_check-dry.*``); a full run also writes its ``## gpu_check`` section of RESULTS.md (date,
 GPU, torch, CUDA). A short table is printed last.
@@ -35,28 +40,35 @@ GPU, torch, CUDA). A short table is printed last.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import copy
 import datetime
 import json
 import platform
 import subprocess
 import sys
 import time
-import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from benchmarks import augment as bench_augment
 from benchmarks import device as bench_device
-from benchmarks import models as bench_models
 from benchmarks._counter import DEVICE as META
 from benchmarks._counter import count
 from benchmarks._harness import ROOT, Table, copy_bandwidth, machine_description, time_interleaved
+from benchmarks.gpu_check_state import (
+    COMPILE_ESTIMATE,
+    DRY,
+    ESTIMATES,
+    FULL,
+    Check,
+    Uncounted,
+    row_failed,
+    rows,
+)
+from benchmarks.gpu_check_step import resnet50
+
+__all__ = ["COMPILE_ESTIMATE", "DRY", "ESTIMATES", "FULL", "OPS", "SECTIONS", "Check", "main"]
 
 OUT = ROOT / "benchmarks" / "out"
 OPS = [
@@ -70,84 +82,6 @@ OPS = [
     "cutmix_batch",
     "mixup_batch",
 ]
-ESTIMATES = {"predicted": 15, "tests": 180, "limits": 5, "ops": 20, "peers": 60, "resnet50": 90}
-COMPILE_ESTIMATE = 45  # seconds per further compiled transform row of the resnet50 section
-
-
-Step = Callable[[], None]
-
-
-@dataclass(frozen=True)
-class Sizes:
-    copy_bytes: int
-    matmul: int
-    op_repeats: int
-    op_number: int
-    aug_size: int
-    aug_batch: int
-    aug_repeats: int
-    step_batch: int
-    step_size: int
-    step_repeats: int
-    backend: str
-    transforms: int  # model transforms timed at most (each compiles its own graph)
-
-
-FULL = Sizes(2**31, 8192, 15, 5, 224, 256, 5, 128, 224, 10, "inductor", 7)
-DRY = Sizes(8 * 2**20, 128, 2, 1, 32, 4, 1, 2, 32, 1, "eager", 1)
-
-
-class _Uncounted:
-    """The ``mode`` argument of the counter's steps, outside the counter: counts nothing."""
-
-    @staticmethod
-    def uncounted() -> contextlib.nullcontext:
-        return contextlib.nullcontext()
-
-
-@dataclass
-class Check:
-    """The run's state: where, how big, the time left, and what each section found."""
-
-    device: str
-    dry_run: bool
-    budget_s: float
-    started: float = field(default_factory=time.perf_counter)
-    sections: dict[str, dict] = field(default_factory=dict)
-    tables: list[Table] = field(default_factory=list)
-    summary: list[tuple[str, str, str]] = field(default_factory=list)
-
-    @property
-    def sizes(self) -> Sizes:
-        return DRY if self.dry_run else FULL
-
-    def left(self) -> float:
-        return self.budget_s - (time.perf_counter() - self.started)
-
-    def fits(self, estimate: float) -> bool:
-        return self.dry_run or self.left() >= estimate
-
-    def section(self, name: str, run: Callable[[Check], dict]) -> None:
-        if not self.fits(ESTIMATES[name]):
-            why = f"skipped: {self.left():.0f} s left of the budget, the section takes ~{ESTIMATES[name]} s"
-            self.sections[name] = {"status": "skipped", "reason": why}
-            self.summary.append((name, "skipped", why))
-            return
-        t0 = time.perf_counter()
-        try:
-            found = {"status": "ok", **run(self)}
-        except Exception as exc:  # reported, and the other sections still run
-            found = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:500]}
-            self.summary.append((name, "FAILED", found["error"][:120]))
-        found["seconds"] = round(time.perf_counter() - t0, 1)
-        self.sections[name] = found
-        print(f"[gpu_check] {name}: {found['status']} in {found['seconds']} s", flush=True)
-
-
-def _rows(table: Table) -> list[dict]:
-    """A table's rows as JSON objects (a timing as its median)."""
-    cell = lambda v: float(v) if isinstance(v, float) else v  # noqa: E731
-    return [dict(zip(table.columns, map(cell, row), strict=True)) for row in table.rows]
 
 
 def _predicted(check: Check) -> dict:
@@ -159,7 +93,7 @@ def _predicted(check: Check) -> dict:
     for name in OPS + list(bench_device._batched()):
         table.add(name, *bench_device._row(cases[name]))
     check.tables.append(table)
-    return {"rows": _rows(table)}
+    return {"rows": rows(table)}
 
 
 def _tests(check: Check) -> dict:
@@ -189,7 +123,6 @@ def _limits(check: Check) -> dict:
 
 
 def _ops(check: Check) -> dict:
-    bandwidth = check.sections["limits"]["copy_bandwidth_bytes_per_s"]
     where = META if check.dry_run else torch.device(check.device)
     predicted = {r["op"]: r for r in check.sections.get("predicted", {}).get("rows", [])}
     table = Table(
@@ -198,55 +131,62 @@ def _ops(check: Check) -> dict:
     )
     cases = bench_device.ours()
     for name in OPS:
-        torch.manual_seed(0)
-        step, minimum = cases[name](where)
-        if where == META:  # dry run: the counter's mode answers what meta cannot compute
-            call = lambda step=step: count(step, warmup=False)  # noqa: E731
-        else:
-            call = lambda step=step: step(_Uncounted())  # noqa: E731
-        run = {"ours": call}
-        s = check.sizes
-        t = time_interleaved(run, repeats=s.op_repeats, number=s.op_number, device=check.device)
-        guess = predicted.get(name, {})
-        share = minimum / float(t["ours"]) / bandwidth
-        table.add(name, 1e3 * t["ours"], share, guess.get("bytes ÷ min"), guess.get("launches"))
-        check.summary.append((name, f"{share:.2f} of copy bw", f"{1e3 * float(t['ours']):.3g} ms"))
+        try:
+            _op_row(check, table, name, cases[name], where, predicted.get(name, {}))
+        except Exception as exc:  # a failing op is a finding; the other rows still run
+            row_failed(check, table, name, exc)
     table.notes.append(
         "min bytes / time ÷ copy bw: 1 is the hardware limit for a pass over the minimum bytes; "
         "the prediction's bytes ÷ min bounds it at 1 / (bytes ÷ min) if every byte moves at the "
         "copy bandwidth. Launch-bound ops fall short of both."
     )
     check.tables.append(table)
-    return {"rows": _rows(table)}
+    return {"rows": rows(table)}
+
+
+def _op_row(
+    check: Check, table: Table, name: str, case: Callable, where: torch.device, guess: dict
+) -> None:
+    torch.manual_seed(0)
+    step, minimum = case(where)
+    if where == META:  # dry run: the counter's mode answers what meta cannot compute
+        call = lambda: count(step, warmup=False)  # noqa: E731
+    else:
+        call = lambda: step(Uncounted())  # noqa: E731
+    s, bandwidth = check.sizes, check.sections["limits"]["copy_bandwidth_bytes_per_s"]
+    t = time_interleaved(
+        {"ours": call}, repeats=s.op_repeats, number=s.op_number, device=check.device
+    )
+    share = minimum / float(t["ours"]) / bandwidth
+    table.add(name, 1e3 * t["ours"], share, guess.get("bytes ÷ min"), guess.get("launches"))
+    check.summary.append((name, f"{share:.2f} of copy bw", f"{1e3 * float(t['ours']):.3g} ms"))
 
 
 def _peers(check: Check) -> dict:
     from benchmarks import ops, optim
 
     quick, dev, s = check.dry_run, check.device, check.sizes
-    tables = [*ops.run(quick=quick, device=dev), *optim.run(quick=quick, device=dev)]
+    failures = Table("Peer tables that failed", ["table"])
+    tables: list[Table] = []
+    for module in (ops, optim):
+        try:
+            tables += module.run(quick=quick, device=dev)
+        except Exception as exc:  # the other tables still run
+            row_failed(check, failures, module.__name__, exc)
     for kind, name in (("augmix", "BatchAugMix"), ("randaugment", "BatchRandAugment")):
-        table = bench_augment._batched_table(
-            kind, [s.aug_size], s.aug_batch, s.aug_repeats, dev, per_sample_loop=True
-        )
+        try:
+            table = bench_augment._batched_table(
+                kind, [s.aug_size], s.aug_batch, s.aug_repeats, dev, per_sample_loop=True
+            )
+        except Exception as exc:
+            row_failed(check, failures, name, exc)
+            continue
         tables.append(table)
         row = dict(zip(table.columns, table.rows[0], strict=True))
         check.summary.append((f"{name} img/s", f"{float(row['ours img/s']):,.0f}", _vs(row)))
+    tables += [failures] if failures.notes else []
     check.tables.extend(tables)
-    return {"tables": [{"title": t.title, "rows": _rows(t)} for t in tables]}
-
-
-Extra = Callable[[nn.Module], Callable[[], object]]  # model -> what runs after its backward
-
-
-@contextlib.contextmanager
-def _recompiles_allowed() -> Iterator[None]:
-    """Every transformed model compiles its own graph (of the same ResNet.forward): more than
-    dynamo's default limit of recompiles per code object, which would fall back to eager."""
-    config = torch._dynamo.config
-    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
-    with config.patch({name: 64}):
-        yield
+    return {"tables": [{"title": t.title, "rows": rows(t)} for t in tables]}
 
 
 def _vs(row: dict) -> str:
@@ -256,101 +196,13 @@ def _vs(row: dict) -> str:
     )
 
 
-def _train_steps(model: nn.Module, check: Check, extras: dict[str, Extra]) -> dict[str, Step]:
-    """SGD steps of ``model``, compiled once, in bf16 autocast and channels_last: the plain
-    step and one with each of ``extras`` after the backward (name -> step)."""
-    s, dev = check.sizes, check.device
-    model = model.to(dev).to(memory_format=torch.channels_last).train()
-    compiled = torch.compile(model, backend=s.backend)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.rand(s.step_batch, 3, s.step_size, s.step_size, device=dev)
-    x = x.contiguous(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (s.step_batch,), device=dev)
-
-    def make(extra: Callable[[], object] | None) -> Step:
-        def step() -> None:
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast(torch.device(dev).type, dtype=torch.bfloat16):
-                loss = nn.functional.cross_entropy(compiled(x), y)
-            loss.backward()
-            if extra is not None:
-                extra()
-            opt.step()
-
-        return step
-
-    return {"plain": make(None), **{name: make(e(model)) for name, e in extras.items()}}
-
-
-def _per_step_ops(check: Check) -> dict[str, Extra]:
-    import functional as F
-
-    dev, s = check.device, check.sizes
-    x = torch.rand(s.step_batch, 3, s.step_size, s.step_size, device=dev)
-    y = torch.randint(0, 1000, (s.step_batch,), device=dev)
-
-    def ema(m: nn.Module) -> Callable[[], object]:
-        average = copy.deepcopy(m)
-        return lambda: F.compute_ema(m, average, 0.99)
-
-    return {
-        "+ compute_ema": ema,
-        "+ clipping norm": lambda m: lambda: F.apply_gradient_clipping(m, "norm", 1.0),
-        "+ clipping adaptive": lambda m: lambda: F.apply_gradient_clipping(m, "adaptive", 0.01),
-        "+ mixup_batch": lambda m: lambda: F.mixup_batch(x, y, 0.3, n_classes=1000),
-        "+ cutmix_batch": lambda m: lambda: F.cutmix_batch(x, y, 1000, alpha=1.0),
-    }
-
-
-def _overhead(t: float, plain: float) -> str:
-    return f"{100 * (t / plain - 1):+.1f}%"
-
-
-def _resnet50(check: Check) -> dict:
-    s, dev = check.sizes, check.device
-    base = bench_models._model(check.dry_run)
-    what = "small Bottleneck ResNet (dry run)" if check.dry_run else "ResNet-50"
-    table = Table(
-        f"{what} training step, batch {s.step_batch} at {s.step_size}x{s.step_size}, bf16 "
-        f"autocast, channels_last, torch.compile ({s.backend})",
-        ["step", "ms", "overhead over plain"],
-    )
-    with _recompiles_allowed():
-        steps = _train_steps(copy.deepcopy(base), check, _per_step_ops(check))
-        t = time_interleaved(steps, repeats=s.step_repeats, warmup=2, device=dev)
-        for name, seconds in t.items():
-            table.add(
-                name, 1e3 * seconds, None if name == "plain" else _overhead(seconds, t["plain"])
-            )
-        transforms = list(bench_models._ours(max(s.step_batch // 4, 2)).items())
-        for name, apply in transforms[: s.transforms]:
-            if not check.fits(COMPILE_ESTIMATE):
-                table.notes.append(
-                    f"{name} and the transforms after it: skipped, {check.left():.0f} s left"
-                )
-                break
-            model = copy.deepcopy(base)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                apply(model)
-            pair = {"plain": steps["plain"], name: _train_steps(model, check, {})["plain"]}
-            tt = time_interleaved(pair, repeats=s.step_repeats, warmup=2, device=dev)
-            table.add(f"{name} (model transform)", 1e3 * tt[name], _overhead(tt[name], tt["plain"]))
-    table.notes.append(
-        "Each transform is timed interleaved with the plain step; SGD with momentum."
-    )
-    check.summary.append(("resnet50 step", f"{1e3 * float(t['plain']):.3g} ms", "plain, compiled"))
-    check.tables.append(table)
-    return {"rows": _rows(table)}
-
-
 SECTIONS: dict[str, Callable[[Check], dict]] = {
     "predicted": _predicted,
     "tests": _tests,
     "limits": _limits,
     "ops": _ops,
     "peers": _peers,
-    "resnet50": _resnet50,
+    "resnet50": resnet50,
 }
 
 
