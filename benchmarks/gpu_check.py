@@ -218,13 +218,14 @@ def _versions(device: str) -> dict[str, str]:
     }
 
 
-def report(check: Check) -> str:
-    """The markdown report: versions, then every section's tables and status."""
+def report(check: Check, command: str = "make gpu-check") -> str:
+    """The markdown report: when, the machine and versions, then every section's tables."""
     meta = _versions(check.device)
+    dry = " (dry run: tiny sizes, figures mean nothing)" if check.dry_run else ""
     head = (
-        f"_gpu_check {meta['date']}: GPU {meta['gpu']}, torch {meta['torch']}, CUDA {meta['cuda']}"
-        f"; device {check.device}{' (dry run: tiny sizes, figures mean nothing)' if check.dry_run else ''}"
-        f"; {time.perf_counter() - check.started:.0f} s of a {check.budget_s:.0f} s budget._"
+        f"_Measured {meta['date']} with `{command}`. Machine: {meta['machine']}; GPU "
+        f"{meta['gpu']}, torch {meta['torch']}, CUDA {meta['cuda']}; device {check.device}{dry}; "
+        f"{time.perf_counter() - check.started:.0f} s of a {check.budget_s:.0f} s budget._"
     )
     status = [
         f"- {name}: {s['status']} {s.get('reason', s.get('error', ''))}"
@@ -254,7 +255,8 @@ def _predict_only(budget_s: float) -> int:
         "_Not measured yet: no GPU run so far. `make gpu-check` on a CUDA machine replaces this "
         "section with the measured figures beside these predictions._"
     )
-    text = report(check).replace("\n\n", f"\n\n{pending}\n\n", 1)
+    text = report(check, "python -m benchmarks.gpu_check --predict-only")
+    text = text.replace("\n\n", f"\n\n{pending}\n\n", 1)
     _write_results(text)
     print(text)
     return 0 if check.sections["predicted"]["status"] == "ok" else 1
