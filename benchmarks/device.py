@@ -8,6 +8,10 @@ shapes: images 256x3x224x224 float32, ResNet-50 for the training-state helpers, 
 32, 64x3x224x224 uint8 for the batched augmentations. Bytes ÷ min: device bytes read and
 written over the op's minimum (inputs read once, outputs written once). The per-op launch and
 sync counts of ours are pinned in ``tests/test_launch_counts.py``.
+
+Each case builds on ``meta`` by default; ``case(torch.device("cuda"))`` builds the same step on
+a real device (inputs filled with valid values), which ``benchmarks/gpu_check.py`` times
+beside the count.
 """
 
 from __future__ import annotations
