@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 TEST_TORCH_SEED ?= 0
 
-.PHONY: test demo bench peers lint docs clean
+.PHONY: test demo bench gpu-check peers lint docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,12 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	PYTHONPATH=.peers $(PY) -m benchmarks $(BENCH_ARGS)
+
+# The GPU check (benchmarks/gpu_check.py): the CUDA test lane, then every figure against the
+# device's copy bandwidth and bf16 matmul rate, in under 8 minutes on one GPU (a time budget
+# skips what no longer fits). Without CUDA: GPU_CHECK_ARGS="--device cpu --dry-run".
+gpu-check: $(STAMP)
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m benchmarks.gpu_check $(GPU_CHECK_ARGS)
 
 # The peers the benchmarks compare against (Composer, timm, kornia, ema-pytorch), pinned in
 # benchmarks/peers.txt, into .peers/ without their dependencies: the project's own torch and

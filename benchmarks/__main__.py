@@ -41,6 +41,10 @@ MODULES = {
     "methods": "benchmarks.methods",
 }
 
+# The order of RESULTS.md's sections: the benchmarks, then the GPU check's (written by
+# `make gpu-check`, benchmarks/gpu_check.py, not by this command).
+SECTION_ORDER = [*MODULES, "gpu_check"]
+
 # What each benchmark measures (the module docstrings have the details).
 MEASURES = {
     "ops": "batch and label ops (MixUp, CutMix, Cutout, blur, ...) and compute_ema: time per "
@@ -155,10 +159,10 @@ def _sections(text: str) -> dict[str, str]:
 
 def merge_results(previous: str, sections: dict[str, str]) -> str:
     """A results file: the header, then ``sections`` in place of those of ``previous`` with the
-    same names, the other sections of ``previous`` kept, in the order of :data:`MODULES`."""
+    same names, the other sections of ``previous`` kept, in the order of :data:`SECTION_ORDER`."""
     merged = {**_sections(previous), **sections}
-    ordered = [merged[n] for n in MODULES if n in merged]
-    ordered += [text for n, text in merged.items() if n not in MODULES]
+    ordered = [merged[n] for n in SECTION_ORDER if n in merged]
+    ordered += [text for n, text in merged.items() if n not in SECTION_ORDER]
     return "\n".join([HEADER, *ordered])
 
 

@@ -155,7 +155,17 @@ def _batched_peers(kind: str, device: str) -> tuple[Callable | None, Callable | 
     return tv, kra
 
 
-def _batched_table(kind: str, sizes: list[int], batch: int, repeats: int, device: str) -> Table:
+def _batched_table(
+    kind: str,
+    sizes: list[int],
+    batch: int,
+    repeats: int,
+    device: str,
+    per_sample_loop: bool = False,
+) -> Table:
+    """Images per second of our batched transform against the peers on ``device``; with
+    ``per_sample_loop``, torchvision v2's transform also in a loop over the samples (each its
+    own chain, as ours), the column ``torchvision v2 (loop)``."""
     import augment
 
     threads = torch.get_num_threads()
@@ -170,6 +180,8 @@ def _batched_table(kind: str, sizes: list[int], batch: int, repeats: int, device
     tv, kra = _batched_peers(kind, device)
     name = "AugMix" if kind == "augmix" else "RandAugment"
     peers = ["torchvision v2 (1 chain/batch)"] + (["kornia"] if kind == "randaugment" else [])
+    if per_sample_loop and tv is not None:
+        peers.append("torchvision v2 (loop)")
     peers.append("our PIL, 1 core")
     table = Table(
         title=f"Batched {name}: images per second, batch of {batch} uint8 tensors, "
@@ -192,11 +204,13 @@ def _batched_table(kind: str, sizes: list[int], batch: int, repeats: int, device
             for img in images:
                 pil(img)
 
-        candidates: dict[str, Callable[[], None]] = {"ours": _threads(threads, lambda x=x: ours(x))}
-        if tv is not None:
-            candidates[peers[0]] = _threads(threads, lambda x=x: tv(x))
-        if kra is not None:
-            candidates["kornia"] = _threads(threads, lambda xf=xf: kra(xf))
+        calls: dict[str, Callable[[], object] | None] = {
+            "ours": lambda x=x: ours(x),
+            peers[0]: tv and (lambda x=x: tv(x)),
+            "kornia": kra and (lambda xf=xf: kra(xf)),
+            "torchvision v2 (loop)": per_sample_loop and tv and (lambda x=x: [tv(u) for u in x]),
+        }
+        candidates = {k: _threads(threads, fn) for k, fn in calls.items() if fn}
         if not on_cuda:
             candidates[peers[-1]] = _threads(1, pil_loop)
         reps = repeats if size >= 128 else 10 * repeats

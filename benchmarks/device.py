@@ -8,6 +8,10 @@ shapes: images 256x3x224x224 float32, ResNet-50 for the training-state helpers, 
 32, 64x3x224x224 uint8 for the batched augmentations. Bytes ÷ min: device bytes read and
 written over the op's minimum (inputs read once, outputs written once). The per-op launch and
 sync counts of ours are pinned in ``tests/test_launch_counts.py``.
+
+Each case builds on ``meta`` by default; ``case(torch.device("cuda"))`` builds the same step on
+a real device (inputs filled with valid values), which ``benchmarks/gpu_check.py`` times
+beside the count.
 """
 
 from __future__ import annotations
@@ -28,22 +32,22 @@ AUG_BATCH = 64
 LAYER_BATCH = 32
 
 Step = Callable[[CountingMode], object]
-Case = Callable[[], tuple[Step, int]]  # the step and its minimum bytes
+Case = Callable[..., tuple[Step, int]]  # (device=meta) -> the step and its minimum bytes
 
 
 def _nbytes(*ts: torch.Tensor) -> int:
     return sum(t.numel() * t.element_size() for t in ts)
 
 
-def _images() -> tuple[torch.Tensor, torch.Tensor]:
-    x = torch.empty(B, C, H, W, device=DEVICE)
-    return x, torch.zeros(B, dtype=torch.int64, device=DEVICE)
+def _images(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.rand(B, C, H, W, device=device)  # values in [0, 1) where the device holds values
+    return x, torch.randint(0, N_CLASSES, (B,), device=device)
 
 
-def _resnet50() -> nn.Module:
+def _resnet50(device: torch.device) -> nn.Module:
     import torchvision
 
-    with torch.device(DEVICE):
+    with torch.device(device):
         return torchvision.models.resnet50()
 
 
@@ -62,8 +66,8 @@ def _with_grads(m: nn.Module) -> list[torch.Tensor]:
 
 
 def _batch_op(op: Callable[[torch.Tensor, torch.Tensor], object], labels: bool = True) -> Case:
-    def build() -> tuple[Step, int]:
-        x, y = _images()
+    def build(device: torch.device = DEVICE) -> tuple[Step, int]:
+        x, y = _images(device)
         extra = _nbytes(y) + B * N_CLASSES * 4 if labels else 0
         return (lambda mode: op(x, y)), 2 * _nbytes(x) + extra
 
@@ -91,9 +95,9 @@ def _ours_batch_ops() -> dict[str, Case]:
 
 
 def _smooth_labels(F: Any) -> Case:
-    def build() -> tuple[Step, int]:
-        logits = torch.empty(B, N_CLASSES, device=DEVICE)
-        y = torch.zeros(B, dtype=torch.int64, device=DEVICE)
+    def build(device: torch.device = DEVICE) -> tuple[Step, int]:
+        logits = torch.empty(B, N_CLASSES, device=device)
+        y = torch.zeros(B, dtype=torch.int64, device=device)
         return (lambda mode: F.smooth_labels(logits, y, 0.1)), _nbytes(logits, y)
 
     return build
@@ -103,32 +107,32 @@ def _smooth_labels(F: Any) -> Case:
 
 
 def _ema(smoothing_tensor: bool) -> Case:
-    def build() -> tuple[Step, int]:
+    def build(device: torch.device = DEVICE) -> tuple[Step, int]:
         import functional as F
 
-        m, ema = _resnet50(), _resnet50()
-        s: float | torch.Tensor = torch.tensor(0.99, device=DEVICE) if smoothing_tensor else 0.99
+        m, ema = _resnet50(device), _resnet50(device)
+        s: float | torch.Tensor = torch.tensor(0.99, device=device) if smoothing_tensor else 0.99
         return (lambda mode: F.compute_ema(m, ema, s)), 3 * _state_bytes(m)
 
     return build
 
 
-def _swap() -> tuple[Step, int]:
+def _swap(device: torch.device = DEVICE) -> tuple[Step, int]:
     import functional as F
 
-    m, ema = _resnet50(), _resnet50()
+    m, ema = _resnet50(device), _resnet50(device)
     return (lambda mode: F.swap_ema_weights(m, ema)), 4 * _state_bytes(m)
 
 
-def _sam() -> tuple[Step, int]:
+def _sam(device: torch.device = DEVICE) -> tuple[Step, int]:
     import functional as F
 
-    m = _resnet50()
+    m = _resnet50(device)
     params = _with_grads(m)
     base = torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=True)
     sam = F.SAMOptimizer(base, rho=0.05)
     inner = base.step
-    loss = torch.ones((), device=DEVICE)
+    loss = torch.ones((), device=device)
 
     def step(mode: CountingMode) -> object:
         def base_step(*a: Any, **k: Any) -> object:
@@ -150,10 +154,10 @@ def _sam() -> tuple[Step, int]:
 def _clip(kind: str) -> Case:
     threshold = {"norm": 1.0, "value": 1e-3, "adaptive": 0.01}[kind]
 
-    def build() -> tuple[Step, int]:
+    def build(device: torch.device = DEVICE) -> tuple[Step, int]:
         import functional as F
 
-        m = _resnet50()
+        m = _resnet50(device)
         params = _with_grads(m)
         reads = 3 if kind == "adaptive" else 2
         return (lambda mode: F.apply_gradient_clipping(m, kind, threshold)), reads * _nbytes(
@@ -170,10 +174,10 @@ def _forward(make: Callable[[], nn.Module], shape: tuple[int, ...]) -> Case:
     """A layer's forward (training mode) on ``shape``; minimum: read the input and weights,
     write an output the input's size."""
 
-    def build() -> tuple[Step, int]:
-        with torch.device(DEVICE):
+    def build(device: torch.device = DEVICE) -> tuple[Step, int]:
+        with torch.device(device):
             layer = make().train()
-        x = torch.empty(shape, device=DEVICE)
+        x = torch.empty(shape, device=device)
         return (lambda mode: layer(x)), 2 * _nbytes(x) + _state_bytes(layer)
 
     return build
@@ -235,9 +239,12 @@ def _ours_layers() -> dict[str, Case]:
 
 
 def _augment(make: Callable[[], Callable[[torch.Tensor], object]], dtype: torch.dtype) -> Case:
-    def build() -> tuple[Step, int]:
+    def build(device: torch.device = DEVICE) -> tuple[Step, int]:
         t = make()
-        x = torch.empty(AUG_BATCH, 3, H, W, dtype=dtype, device=DEVICE)
+        if dtype == torch.uint8:
+            x = torch.randint(0, 256, (AUG_BATCH, 3, H, W), dtype=dtype, device=device)
+        else:
+            x = torch.rand(AUG_BATCH, 3, H, W, dtype=dtype, device=device)
         return (lambda mode: t(x)), 2 * _nbytes(x)
 
     return build

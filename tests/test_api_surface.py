@@ -143,7 +143,7 @@ EXTENSIONS = {
         "contrast_original",
         "brightness_original",
         "sharpness_original",
-        # batched transforms for tensors on the device (augment/batched.py)
+        # batched transforms for tensors on the device (augment/batched/)
         "BatchAugMix",
         "BatchRandAugment",
         "batch_augment_and_mix",

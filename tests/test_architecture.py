@@ -159,6 +159,63 @@ def test_long_files_say_why(package: str) -> None:
     )
 
 
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of our packages it imports: at import time, under ``TYPE_CHECKING``
+    or inside a function alike (a circle hidden in a function body is still a circle).
+    ``from package import name`` points at ``package.name`` when that is a module."""
+    paths = [path for package in PACKAGES for path in _sources(package)]
+    modules = {_module_name(path) for path in paths}
+    graph: dict[str, set[str]] = {}
+    for path in paths:
+        edges = graph.setdefault(_module_name(path), set())
+        for imp in _imports(path):
+            targets = [f"{imp.module}.{n}" for n in imp.names if f"{imp.module}.{n}" in modules]
+            if len(targets) < len(imp.names) or not imp.names:
+                targets.append(imp.module)
+            edges.update(t for t in targets if t in modules)
+    return graph
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = list(graph.get(start, ()))
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(graph.get(node, ()))
+    return seen
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that reach each other through imports (more than one module)."""
+    reach = {node: _reachable(graph, node) for node in graph}
+    groups = {
+        tuple(sorted(m for m in reach[node] if node in reach.get(m, set())))
+        for node in graph
+        if node in reach[node]
+    }
+    return sorted(list(group) for group in groups if len(group) > 1)
+
+
+def test_no_import_cycles_between_modules() -> None:
+    graph = _import_graph()
+    assert "functional.alibi.context" in graph  # the graph sees the packages' modules
+    assert not _cycles(graph), "modules that import each other (directly or around a circle):\n" + (
+        "\n".join(" <-> ".join(cycle) for cycle in _cycles(graph))
+    )
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
 def _mutable_globals(tree: ast.Module) -> dict[str, int]:
     """Module-level names bound to a mutable container (literal, comprehension or constructor)."""
     constructors = {"dict", "list", "set", "defaultdict", "OrderedDict", "WeakSet", "Counter"}

@@ -60,7 +60,7 @@ def test_a_run_of_some_benchmarks_replaces_only_their_sections():
     sections = cli._sections(merged)
     assert sections["ops"] == new_ops
     assert all(sections[name] == text for name, text in old.items() if name != "ops")
-    assert list(sections) == [n for n in cli.MODULES if n in sections]
+    assert list(sections) == [n for n in cli.SECTION_ORDER if n in sections]
     assert merged.startswith(cli.HEADER)
     assert cli.merge_results(merged, {"ops": new_ops}) == merged  # idempotent
 

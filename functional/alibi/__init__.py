@@ -23,10 +23,11 @@ Layout of this package, one job per module:
   ``AlibiConverter`` type.
 * :mod:`~functional.alibi.registry`: the converter registry (:func:`register_alibi`,
   :func:`unregister_alibi`, :func:`alibi_registry`) and its built-in entries.
-* :mod:`~functional.alibi.huggingface`: everything that knows HuggingFace transformers (the
-  ``"alibi_sdpa"``/``"alibi_eager"`` attention functions, the GPT-2, BERT, RoBERTa,
-  XLM-RoBERTa and DistilBERT converters);
-  transformers is imported lazily, only for transformers models.
+* :mod:`~functional.alibi.hf_attention`: the HuggingFace transformers attention functions
+  (``"alibi_sdpa"``/``"alibi_eager"``), their registration, and attaching the shared bias to an
+  attention module; transformers is imported lazily, only for transformers models.
+* :mod:`~functional.alibi.huggingface`: the GPT-2, BERT, RoBERTa, XLM-RoBERTa and DistilBERT
+  converters, built on the context and those attention functions.
 * :mod:`~functional.alibi.torch_layers`: the converters for ``nn.TransformerEncoderLayer`` and
   ``nn.MultiheadAttention``.
 * :mod:`~functional.alibi.transform`: :func:`apply_alibi`.

@@ -8,7 +8,7 @@ from typing import TypeAlias
 from torch import nn
 
 from functional._args import check_int
-from functional.alibi.huggingface import _bias_attention_interface
+from functional.alibi.hf_attention import _bias_attention_interface
 from functional.alibi.modules import AlibiBias, DisabledPositionEmbedding
 
 __all__ = ["AlibiContext", "AlibiConverter"]

@@ -14,9 +14,9 @@ from torch import nn
 
 from functional._registry import Registry
 from functional.alibi.context import AlibiConverter
+from functional.alibi.hf_attention import _check_hf_attention
 from functional.alibi.huggingface import (
     _check_gpt2_attention,
-    _check_hf_attention,
     _convert_bert_embeddings,
     _convert_bert_self_attention,
     _convert_distilbert_attention,

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import augment
-from augment import _batched_paths as BP
-from augment import batched as AB
-from augment import batched_ops as B
+from augment.batched import ops as B
+from augment.batched import paths as BP
+from augment.batched import transforms as AB
 from tests.devicecheck import assert_compiles_once, compile_counter, no_host_reads
 
 GEOMETRIC = ["rotate", "shear_x", "shear_y", "translate_x", "translate_y"]
@@ -414,6 +414,21 @@ def test_bad_batches() -> None:
         augment.batch_randaugment(np.zeros((2, 3, 8, 8), dtype=np.uint8))
     with pytest.raises(ValueError, match="shape"):
         B.rotate(torch.zeros(2, 3, 8, 8, dtype=torch.uint8), torch.ones(3), 1.0)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 0, 5), (2, 1, 4, 0)])
+@pytest.mark.parametrize("transform", [augment.BatchAugMix(), augment.BatchRandAugment()])
+def test_an_empty_image_is_the_pil_paths_error(transform, shape) -> None:
+    """Height or width 0 in a non-empty batch: the PIL path's ValueError, in its words."""
+    c, h, w = shape[1:]
+    with pytest.raises(ValueError, match="must not be empty") as pil:
+        augment.augment_and_mix(torch.zeros((c, h, w), dtype=torch.uint8))
+    with pytest.raises(ValueError, match="must not be empty") as batched:
+        transform(torch.zeros(shape, dtype=torch.uint8))
+    assert str(pil.value) == f"img must not be empty, got shape {(c, h, w)}"
+    assert str(batched.value) == f"x must not be empty, got shape {shape}"
+    empty_batch = torch.zeros((0, c, h, w), dtype=torch.uint8)  # nothing to augment: a copy
+    assert transform(empty_batch).shape == empty_batch.shape
 
 
 @pytest.mark.parametrize("fn", [augment.batch_augment_and_mix, augment.batch_randaugment])

@@ -1,4 +1,4 @@
-"""The grouped CPU path of the batched chains (augment._batched_grouped): several layers with
+"""The grouped CPU path of the batched chains (augment.batched.grouped): several layers with
 sorting and restoring of the rows, and the exactness of the shared table formulas."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import augment
-from augment import _batched_grouped as G
-from augment import _batched_stages as S
-from augment import batched as AB
-from augment import batched_ops as B
+from augment.batched import grouped as G
+from augment.batched import ops as B
+from augment.batched import stages as S
+from augment.batched import transforms as AB
 from tests.augment.test_batched import _batch
 
 
@@ -129,7 +129,7 @@ def test_a_set_that_names_an_operation_twice_applies_it_whichever_copy_was_drawn
 ) -> None:
     """Both copies of rotate rotate (the first copy's samples were left unchanged before),
     on both paths, with equal values."""
-    from augment import _batched_paths as BP
+    from augment.batched import paths as BP
 
     x = _batch(np.random.default_rng(5), 64, 3, 8, 8)
     ops = [augment.rotate, augment.rotate]

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import augment
-from augment import _batched_grouped as G
-from augment import _batched_paths as BP
-from augment import batched as AB
-from augment import batched_ops as B
+from augment.batched import grouped as G
+from augment.batched import ops as B
+from augment.batched import paths as BP
+from augment.batched import transforms as AB
 from tests.augment.test_batched import _batch
 
 
@@ -152,3 +152,44 @@ def test_copies_and_pickles_of_a_module_start_without_buffers() -> None:
         assert other._workspace is not aug._workspace and not other._workspace._buffers
         assert other(torch.zeros(2, 3, 8, 8, dtype=torch.uint8)).shape == (2, 3, 8, 8)
     assert len(pickle.dumps(aug)) < 10_000
+
+
+def _on(draws: tuple, device: str) -> tuple:
+    """Draws made on the CPU, moved to ``device`` (a Slots' host ints stay as they are)."""
+    moved = [
+        t.to(device)
+        if isinstance(t, torch.Tensor)
+        else _on(t, device)
+        if isinstance(t, tuple)
+        else t
+        for t in draws
+    ]
+    return type(draws)(*moved) if hasattr(draws, "_fields") else tuple(moved)
+
+
+def _device_path_against_grouped(device: str, dtype: torch.dtype) -> None:
+    kinds = AB._kinds("all")
+    x = _batch(np.random.default_rng(5), 24, 3, 21, 19)
+    x = x if dtype == torch.uint8 else x.float() / 255
+    scale = 1.0 if dtype == torch.uint8 else 255.0  # differences in grey levels
+    cpu = torch.device("cpu")
+    g = torch.Generator().manual_seed(6)
+    draws = BP._augmix_slots(24, kinds, 3.0, -1, 3, 1.0, g, cpu)
+    want = BP._augmix_grouped(x, kinds, 3, draws, None)
+    got = BP._augmix_slotted(x.to(device), kinds, 3, _on(draws, device)).cpu()
+    assert (scale * (got.double() - want.double())).abs().max() <= 1.0 + 1e-6
+    slots = BP._randaugment_slots(24, kinds, 2, 9.0, g, cpu)
+    rows = BP.row_draws(slots)
+    plan = BP.plan_ops(*rows, kinds, 21, 19, only=BP.NOT_LUT)
+    want = B.from_levels8(G.apply_layers(BP._levels8(x), rows, plan, kinds), x)
+    xd = x.to(device)
+    got = B.from_levels8(BP.run_slots(BP._levels8(xd), 1, _on(slots, device), kinds)[:24], xd)
+    assert (scale * (got.cpu().double() - want.double())).abs().max() <= 1.0 + 1e-6
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_cuda_device_path_equals_the_cpu_grouped_path(dtype) -> None:
+    """The device path on CUDA against the eager CPU path, from the same draws (made on the CPU
+    and moved): within one grey level (a fused multiply-add in a blend), AugMix and RandAugment."""
+    _device_path_against_grouped("cuda", dtype)

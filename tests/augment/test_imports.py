@@ -1,4 +1,5 @@
-"""``augment`` stands on its own: torch, NumPy, Pillow and the standard library, no cycles."""
+"""``augment`` stands on its own: torch, NumPy, Pillow and the standard library, and each of its
+modules imports alone. (No import circles: tests/test_architecture.py, for every package.)"""
 
 from __future__ import annotations
 
@@ -28,16 +29,21 @@ def _imports(path: Path) -> list[tuple[str, int]]:
     return found
 
 
-def _graph() -> dict[str, set[str]]:
-    """augment's modules -> the augment modules each imports (the package itself excluded)."""
-    modules = {f"augment.{p.stem}": p for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
-    return {name: {m for m, _ in _imports(path) if m in modules} for name, path in modules.items()}
+def _modules() -> list[str]:
+    """augment's modules and subpackages (``augment.batched.ops``), the package itself excluded."""
+    names = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        if len(parts) > 1:
+            names.append(".".join(parts))
+    return names
 
 
 def test_augment_imports_only_torch_numpy_pil_and_the_standard_library():
     bad = [
-        f"{path.name}:{line}: {module}"
-        for path in sorted(PACKAGE.glob("*.py"))
+        f"{path.relative_to(PACKAGE)}:{line}: {module}"
+        for path in sorted(PACKAGE.rglob("*.py"))
         for module, line in _imports(path)
         if module.partition(".")[0] not in ALLOWED
     ]
@@ -46,27 +52,12 @@ def test_augment_imports_only_torch_numpy_pil_and_the_standard_library():
     )
 
 
-def test_no_import_cycle_between_augments_modules():
-    graph = _graph()
-    done: set[str] = set()
-
-    def visit(name: str, path: tuple[str, ...]) -> None:
-        assert name not in path, "import cycle: " + " -> ".join((*path, name))
-        if name not in done:
-            for dep in sorted(graph[name]):
-                visit(dep, (*path, name))
-            done.add(name)
-
-    for name in sorted(graph):
-        visit(name, ())
-
-
 def test_import_augment_loads_neither_functional_nor_surgery_and_each_module_imports_alone():
     """In a fresh interpreter: ``import augment`` leaves ``functional`` and ``surgery`` out, and
     each module of the package imports with nothing of augment loaded before it (its package
     ``__init__`` replaced by an empty stub, so that the package's own import order hides
     nothing)."""
-    names = sorted(_graph())
+    names = _modules()
     script = textwrap.dedent(
         f"""
         import importlib, sys, types
@@ -87,3 +78,17 @@ def test_import_augment_loads_neither_functional_nor_surgery_and_each_module_imp
         [sys.executable, "-c", script], capture_output=True, text=True, cwd=PACKAGE.parent
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_old_import_paths_of_the_batched_transforms_still_work():
+    """``augment.batched`` (now a package) and ``augment.batched_ops`` give the same objects as
+    before the batched modules moved into ``augment/batched/``."""
+    import augment.batched
+    import augment.batched.ops
+    import augment.batched_ops
+
+    for name in augment.batched.__all__:
+        assert getattr(augment.batched, name) is getattr(augment, name)
+    assert augment.batched_ops.__all__ == augment.batched.ops.__all__
+    for name in augment.batched.ops.__all__:
+        assert getattr(augment.batched_ops, name) is getattr(augment.batched.ops, name)

@@ -71,7 +71,7 @@ def test_eager_attention_keeps_the_low_precision_attention_matrix(dtype):
 @pytest.mark.parametrize("family", ["gpt2", "bert"])
 def test_eager_attention_is_bit_exact_with_transformers_eager_given_the_bias(family):
     """The ALiBi eager function is HF's eager attention with the bias merged into the mask."""
-    from functional.alibi.huggingface import _alibi_eager_attention, _hf_mask
+    from functional.alibi.hf_attention import _alibi_eager_attention, _hf_mask
 
     module = __import__(f"transformers.models.{family}.modeling_{family}", fromlist=["x"])
     gen = torch.Generator().manual_seed(0)

@@ -8,8 +8,8 @@ formulas of their 256-entry tables to their slice's levels (equalize: a table lo
 and sharpness are one blend each; rotate and shear_y are warped, and the shifts of whole rows
 or planes (shear_x, translate_x, translate_y) are window copies. The rows go back to their
 order once, after the last layer. Sorting reads the op indices on the host: CPU tensors only,
-not for accelerators or compiled code (the slots of :mod:`augment._batched_slots` are that
-path). The values equal :func:`~augment.batched_ops.apply_plan`'s (the same pixels, per
+not for accelerators or compiled code (the slots of :mod:`augment.batched.slots` are that
+path). The values equal :func:`~augment.batched.ops.apply_plan`'s (the same pixels, per
 sample; tested).
 """
 
@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from torch import Tensor
 
-from augment._batched_plan import _factor, _posterize_step, _solarize_threshold, plan_ops
-from augment._batched_stages import (
+from augment.batched.plan import _factor, _posterize_step, _solarize_threshold, plan_ops
+from augment.batched.stages import (
     FAMILIES,
     KINDS,
     _affine,
@@ -225,10 +225,10 @@ _STAGES: dict[str, Callable[[_Slice], None]] = {
 def apply_grouped(
     u: Tensor, op: Tensor, level: Tensor, sign: Tensor, kinds: Sequence[str]
 ) -> Tensor:
-    """:func:`~augment.batched_ops.apply_plan` of :func:`~augment.batched_ops.plan_ops` on
+    """:func:`~augment.batched.ops.apply_plan` of :func:`~augment.batched.ops.plan_ops` on
     uint8 grey levels ``u`` (CPU, eager), each operation on the samples that chose it: the work
     per sample is that of its one operation. ``op``, ``level``, ``sign``: (N,), as in
-    :func:`~augment.batched_ops.apply_ops` (-1: unchanged). Returns a new tensor (``u`` is
+    :func:`~augment.batched.ops.apply_ops` (-1: unchanged). Returns a new tensor (``u`` is
     left as it is).
 
     Reads ``op`` on the host (to group the samples): CPU tensors only, not for compiled code.
@@ -290,7 +290,7 @@ def apply_layers(
     workspace: Workspace | None = None,
 ) -> Tensor:
     """:func:`apply_grouped` layer after layer: ``draws`` ``(op, level, sign)``, each
-    (layers, N), and ``plan``, their :func:`~augment.batched_ops.plan_ops` but the fixed
+    (layers, N), and ``plan``, their :func:`~augment.batched.ops.plan_ops` but the fixed
     tables (``only=NOT_LUT``, entries (layers, N, ...)), on ``copies`` copies of ``u``
     (contiguous uint8, K samples, ``N = copies K``: row ``j K + i`` is copy ``j`` of sample
     ``i``; the first layer's sort makes them). Returns the result in a new tensor (with a

@@ -13,7 +13,7 @@ same way: a depth in {1, 2, 3} for at most ``ceil(R / 3)`` chains each, and laye
 slots for the chains deeper than ``k`` only.
 
 The device path (:func:`run_slots`) gathers a layer's slots in device order
-(:mod:`augment._batched_device`: the blocks of operations that one stage applies adjacent),
+(:mod:`augment.batched.device`: the blocks of operations that one stage applies adjacent),
 applies each stage to its own range of rows and writes the rows back; the slots that hold no
 row hold a spare one, whose result is dropped. Fixed shapes, no host reads, one operation's
 work per slot: for accelerators and ``torch.compile``. The grouped CPU path reads the same
@@ -29,7 +29,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from augment._batched_device import (
+from augment.batched.device import (
     apply_layer,
     block_order,
     host_cache,
@@ -129,7 +129,7 @@ def run_slots(u: Tensor, copies: int, slots: Slots, kinds: Sequence[str]) -> Ten
     spares, ``(slots.spares, C, H, W)``: ``[:R]`` is the result.
 
     Per layer: one gather of the slots' rows (device order), each stage on its range of rows
-    (:func:`augment._batched_device.apply_layer`), one write back. Every row is in the first
+    (:func:`augment.batched.device.apply_layer`), one write back. Every row is in the first
     layer (its depth is at least 1), which reads ``u`` directly.
     """
     n = u.shape[0]

@@ -1,17 +1,17 @@
 """The stages of the batched operations: each applies one family of operations to a batch of
-grey levels, every sample with its own planned parameters (:func:`augment.batched_ops.plan_ops`),
+grey levels, every sample with its own planned parameters (:func:`augment.batched.ops.plan_ops`),
 and the formulas both ways of running a layer of chains share (the tables of the point
 operations, the blends, the warp).
 
 * :func:`apply_plan`, every family on every sample (the identity for those that chose another
   family): fixed shapes, no value read on the host; the deterministic kernels of
-  :mod:`augment.batched_ops`.
-* :func:`augment._batched_grouped.apply_grouped`, each operation on the samples that chose it
+  :mod:`augment.batched.ops`.
+* :func:`augment.batched.grouped.apply_grouped`, each operation on the samples that chose it
   only (one operation's work per sample, as the PIL path), on uint8: for eager CPU, where
   grouping reads the (host) op indices.
-* the slots of :mod:`augment._batched_slots` (accelerators, ``torch.compile``): each
+* the slots of :mod:`augment.batched.slots` (accelerators, ``torch.compile``): each
   operation on the rows of its slots, in three stages per layer
-  (:mod:`augment._batched_device`).
+  (:mod:`augment.batched.device`).
 
 All give the same values for the same draws.
 """

@@ -9,7 +9,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from augment._batched_stages import FAMILIES, GEOMETRIC, _blend
+from augment.batched.stages import FAMILIES, GEOMETRIC, _blend
 
 _FIX = 65536.0  # Pillow's 16.16 fixed point
 

@@ -1,12 +1,12 @@
 """The two ways of running the batched chains (:mod:`augment.batched`) and their draws.
 
-* Slots (:func:`augment._batched_slots.run_slots`, uint8 levels): for accelerators and
+* Slots (:func:`augment.batched.slots.run_slots`, uint8 levels): for accelerators and
   ``torch.compile``; each operation runs on the rows of its slots, group sizes known on the
   host (no host reads, fixed shapes).
-* Grouped (:func:`augment.batched_ops.apply_grouped`, uint8 levels): eager CPU, where the op
+* Grouped (:func:`augment.batched.ops.apply_grouped`, uint8 levels): eager CPU, where the op
   indices are host values; each operation runs on the samples that chose it.
 
-The draws (balanced across the batch: :mod:`augment._batched_slots`) are made once for the
+The draws (balanced across the batch: :mod:`augment.batched.slots`) are made once for the
 whole batch, before either path runs, so both give the same values (tested), whatever the
 groups of samples.
 """
@@ -20,10 +20,10 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from augment._batched_grouped import NOT_LUT, Workspace, apply_layers
-from augment._batched_plan import plan_ops
-from augment._batched_slots import Slots, block_order, draw_slots, row_draws, run_slots
-from augment.batched_ops import from_levels8, to_levels8
+from augment.batched.grouped import NOT_LUT, Workspace, apply_layers
+from augment.batched.ops import from_levels8, to_levels8
+from augment.batched.plan import plan_ops
+from augment.batched.slots import Slots, block_order, draw_slots, row_draws, run_slots
 
 GROUPED_CHUNK = 2**23  # values per group on the grouped path, AugMix's chains counted
 MIX_CHUNK = 2**17  # values per slice of samples mixed at a time (float32 in the L2 cache)
@@ -86,7 +86,7 @@ def _augmix_slots(
 ) -> tuple[Tensor, Tensor, Slots]:
     """The draws of :func:`batch_augment_and_mix`: the Dirichlet chain weights ``(n, width)``,
     the Beta skip weights ``(n,)`` and the slots of the ``width n`` chains (row ``j n + i``:
-    chain ``j`` of sample ``i``; see :mod:`augment._batched_slots`)."""
+    chain ``j`` of sample ``i``; see :mod:`augment.batched.slots`)."""
     dev = torch.device(device)
     log_g = _log_gamma(alpha, (n, width + 2), generator, dev)  # independent Gamma(alpha)
     weights = log_g[:, :width].softmax(-1)  # Dirichlet(alpha)
@@ -113,13 +113,13 @@ def augmix_draws(
     device: torch.device | str = "cpu",
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     r"""The random draws of :func:`batch_augment_and_mix` for ``n`` samples, per sample, with
-    the operations ``kinds`` (as :func:`augment.batched._kinds` names a set).
+    the operations ``kinds`` (as :func:`augment.batched.transforms._kinds` names a set).
 
     Returns ``(weights, m, ops, levels, signs)``: the Dirichlet chain weights ``(n, width)``,
     the Beta skip weights ``(n,)``, and per sample, chain and layer (``(n, width, layers)``,
     ``layers = depth``, or 3 for ``depth = -1``) the operation's index in the set (-1: past
     the chain's depth, nothing), its level and its direction (:math:`\pm 1`). The operations
-    and depths are drawn balanced across the batch (:mod:`augment._batched_slots`).
+    and depths are drawn balanced across the batch (:mod:`augment.batched.slots`).
     """
     weights, m, slots = _augmix_slots(n, kinds, severity, depth, width, alpha, generator, device)
     ops, levels, signs = (t.view(-1, width, n).permute(2, 1, 0) for t in row_draws(slots))
@@ -134,7 +134,7 @@ def randaugment_draws(
     device: torch.device | str = "cpu",
 ) -> tuple[Tensor, Tensor]:
     """The random draws of :func:`batch_randaugment`: ``(ops, signs)``, each ``(n, depth)``
-    (the operations drawn balanced across the batch: :mod:`augment._batched_slots`)."""
+    (the operations drawn balanced across the batch: :mod:`augment.batched.slots`)."""
     slots = _randaugment_slots(n, tuple(kinds), depth, 0.0, generator, torch.device(device))
     op, _, sign = row_draws(slots)
     return op.t(), sign.t()
@@ -190,7 +190,7 @@ def _augmix_slotted(
     x: Tensor, kinds: tuple[str, ...], width: int, draws: tuple[Tensor, Tensor, Slots]
 ) -> Tensor:
     """AugMix on the device path: each chain's operations on their slots
-    (:func:`augment._batched_slots.run_slots`), then the mix; fixed shapes, no host reads."""
+    (:func:`augment.batched.slots.run_slots`), then the mix; fixed shapes, no host reads."""
     n = x.shape[0]
     weights, m, slots = draws
     mix = (m.view(n, 1) * weights).view(n, width, 1, 1, 1)

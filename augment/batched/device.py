@@ -1,4 +1,4 @@
-"""The device path of the batched chains: every layer of slots (:mod:`augment._batched_slots`) in
+"""The device path of the batched chains: every layer of slots (:mod:`augment.batched.slots`) in
 three stages, each over its own rows, in a few kernels whatever the number of operations.
 
 A layer's slots are gathered in the order of :data:`DEVICE_ORDER`, so that each stage owns one
@@ -17,7 +17,7 @@ range of rows:
 * **warps** (rotate, shear and translate): Pillow's nearest-neighbour affine map in 16.16
   fixed point, one coordinate computation and one gather for the range.
 
-The values equal the grouped CPU path's (:mod:`augment._batched_grouped`) and so the PIL
+The values equal the grouped CPU path's (:mod:`augment.batched.grouped`) and so the PIL
 primitives' (tested). Per-slot parameters are planned once per call for every layer, on the
 host when the level is one number for every slot (RandAugment: only the directions differ, one
 ``where`` per parameter selects them), otherwise on the device (AugMix's levels). No value is
@@ -34,8 +34,8 @@ from typing import NamedTuple, TypeVar
 import torch
 from torch import Tensor
 
-from augment._batched_plan import _factor, _plan_affine, _plan_lut
-from augment._batched_stages import GEOMETRIC
+from augment.batched.plan import _factor, _plan_affine, _plan_lut
+from augment.batched.stages import GEOMETRIC
 
 _FIXED = ("posterize", "solarize", "brightness", "brightness_original")  # tables of the level
 _STATS = ("autocontrast", "equalize")  # tables of the pixels, in this order
@@ -133,8 +133,8 @@ class _SlotKinds(NamedTuple):
 
 
 class _SlotChoice:
-    """:class:`_SlotKinds`' masks as :class:`augment._batched_plan.Chooser` answers them: the
-    planning of :func:`augment._batched_plan.plan_ops` then serves the slots."""
+    """:class:`_SlotKinds`' masks as :class:`augment.batched.plan.Chooser` answers them: the
+    planning of :func:`augment.batched.plan.plan_ops` then serves the slots."""
 
     def __init__(self, kinds: Sequence[str], flags: Tensor) -> None:
         self.kinds, self.flags = frozenset(kinds), flags
@@ -177,7 +177,7 @@ def _slot_parameters(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """``(lut, factor, warp)`` of every slot: the (M, 256) float32 tables of the level-only
     table operations, the (M,) float32 blend factors and the (2, M, 3) int32 warp
-    coefficients, planned as :func:`augment._batched_plan.plan_ops` plans them (``level`` and
+    coefficients, planned as :func:`augment.batched.plan.plan_ops` plans them (``level`` and
     ``sign``: (M,) float64 on ``k``'s device)."""
     chose = _SlotChoice(kinds, k.flags)
     f = torch.where(k.flags[-1], _factor(level, None), _factor(level, sign)).float()
