@@ -108,8 +108,8 @@ def _per_sample_loss(loss_fun: object) -> Callable[[torch.Tensor, torch.Tensor],
         if "reduction" not in params and not takes_kwargs:
             raise TypeError(
                 "loss_fun must take a keyword argument `reduction`. It is called as "
-                "loss_fun(output, y, reduction='none'): pass e.g. torch.nn.functional.cross_entropy, "
-                "or be a torch.nn loss module"
+                "loss_fun(output, y, reduction='none'); use e.g. torch.nn.functional.cross_entropy "
+                "or a torch.nn loss module"
             )
     return functools.partial(loss_fun, reduction="none")
 
