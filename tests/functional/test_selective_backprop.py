@@ -142,7 +142,11 @@ def test_reproducible_with_generator() -> None:
         ({"keep": 1.5}, ValueError, "keep must be in \\[0.0, 1.0\\]"),
         ({"scale_factor": 1.5}, ValueError, "scale_factor must be in \\(0.0, 1.0\\]"),
         ({"y": torch.arange(3)}, ValueError, "y must have the batch size"),
-        ({"loss_fun": lambda out, y: out.sum()}, TypeError, "must take a keyword argument `reduction`"),
+        (
+            {"loss_fun": lambda out, y: out.sum()},
+            TypeError,
+            "must take a keyword argument `reduction`",
+        ),
         ({"loss_fun": "ce"}, TypeError, "loss_fun must be callable"),
         ({"loss_fun": lambda out, y, reduction: out.sum()}, ValueError, "one loss per sample"),
         ({"model": lambda x: x}, TypeError, "model must be an nn.Module"),

@@ -239,8 +239,9 @@ def _scorer() -> torch.nn.Module:
 @pytest.mark.parametrize("keep", [0.5, 0.75, 1.0])
 def test_select_using_loss_keeps_int_n_keep_matching_rows(keep: float) -> None:
     x, y = _batch(7, n=8, h=4, w=4), torch.arange(8) % 3
-    xs, ys = F.select_using_loss(x, y, _scorer(), nnf.cross_entropy, keep, 0.5,
-                                 generator=torch.Generator().manual_seed(0))
+    xs, ys = F.select_using_loss(
+        x, y, _scorer(), nnf.cross_entropy, keep, 0.5, generator=torch.Generator().manual_seed(0)
+    )
     assert xs.shape == (int(8 * keep), 3, 4, 4) and ys.shape == (int(8 * keep),)
     rows = [int(torch.nonzero((x == r).flatten(1).all(1))) for r in xs]
     assert len(set(rows)) == len(rows) and torch.equal(ys, y[rows])
@@ -251,7 +252,7 @@ def test_select_using_loss_refusals_match_composer(composer: ModuleType) -> None
     for fn in (F.select_using_loss, composer.select_using_loss):
         with pytest.raises(ValueError):
             fn(x, y, model, nnf.cross_entropy, 1, 0.5)  # nothing to downsample
-        with pytest.raises(TypeError, match="must take a keyword argument `reduction`."):
+        with pytest.raises(TypeError, match=r"must take a keyword argument `reduction`\."):
             fn(x, y, model, lambda out, target: out.sum(), 1, 1)
         kept, _ = fn(x, y, model, nnf.cross_entropy, 1, 1)
         assert sorted(kept.sum(1).tolist()) == sorted(x.sum(1).tolist())  # keep=1: all rows

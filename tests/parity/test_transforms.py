@@ -195,8 +195,9 @@ def test_ghost_batchnorm_matches_composer_in_training(composer: ModuleType) -> N
 
 
 def _normnet() -> nn.Module:
-    return _init(nn.Sequential(nn.Conv2d(3, 8, 1), nn.GroupNorm(2, 8), nn.Flatten(2),
-                               nn.LayerNorm(64)))
+    return _init(
+        nn.Sequential(nn.Conv2d(3, 8, 1), nn.GroupNorm(2, 8), nn.Flatten(2), nn.LayerNorm(64))
+    )
 
 
 def test_low_precision_norms_compute_in_bf16_under_autocast_only() -> None:
