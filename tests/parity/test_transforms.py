@@ -217,8 +217,9 @@ def test_low_precision_norms_convert_what_composer_converts(composer: ModuleType
     from composer.core import Precision
 
     ours, theirs = _pair(_normnet())
-    F.apply_low_precision_layernorm(ours, torch.bfloat16)
+    F.apply_low_precision_layernorm(ours, Precision.AMP_BF16)  # Composer's setting, ported as is
     F.apply_low_precision_groupnorm(ours, torch.bfloat16)
+    assert ours[3].low_precision_dtype == torch.bfloat16
     _quiet(composer.apply_low_precision_layernorm, theirs, Precision.AMP_BF16)
     _quiet(composer.apply_low_precision_groupnorm, theirs, Precision.AMP_BF16)
     assert [type(m).__name__[-9:] for m in ours] == [type(m).__name__[-9:] for m in theirs]
