@@ -147,10 +147,14 @@ def _calls(code: str):
 
 @pytest.mark.parametrize("name", [*COMPOSER_PARAMETERS, *COMPOSER_ALGORITHMS])
 def test_the_ported_code_calls_what_exists(name: str) -> None:
-    """Each ``F.x(...)``/``augment.x(...)`` in the "here" code block exists and takes the
-    keywords the block passes (pieces being built elsewhere excepted until they arrive)."""
-    blocks = re.findall(r"```python\n# here\n(.*?)```", sections()[name], flags=re.DOTALL)
-    assert blocks, f"{name}: no '# here' code block"
+    """The section has its before/after pair (blocks shown, not run: the docs test runs only
+    plain ```python fences), and each ``F.x(...)``/``augment.x(...)`` in the "here" block
+    exists and takes the keywords the block passes (pieces built elsewhere excepted until
+    they arrive)."""
+    code = re.findall(r"```{code-block} python\n(# \w+)\n(.*?)```", sections()[name], re.DOTALL)
+    assert [label for label, _ in code] == ["# Composer", "# here"], f"{name}: a code pair"
+    blocks = [block for _, block in code[1:]]
+    ast.parse(code[0][1])  # the Composer code is Python too
     for module, call in _calls(blocks[0]):
         attr = call.func.attr  # type: ignore[attr-defined]
         pending = BUILT_ELSEWHERE.get(attr)
