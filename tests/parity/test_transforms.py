@@ -122,6 +122,11 @@ def test_stochastic_depth_rates_rise_linearly_and_eval_is_the_plain_model() -> N
     torch.testing.assert_close(model.eval()(_x(c=8)), plain)  # inverted scaling
 
 
+def test_stochastic_depth_names_composers_argument_order_when_given_it() -> None:
+    with pytest.raises(ValueError, match=r"look swapped\. Composer's order is"):
+        F.apply_stochastic_depth(_resnet_blocks(), "ResNetBasicBlock", "block")
+
+
 def test_stochastic_depth_rates_match_composer(composer: ModuleType) -> None:
     kwargs = {"target_layer_name": "ResNetBottleneck", "drop_rate": 0.4}
     for distribution in ("linear", "uniform"):
