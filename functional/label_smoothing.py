@@ -29,7 +29,7 @@ def _check_alpha(alpha: object) -> float | torch.Tensor:
 
 
 def smooth_labels(
-    logits: torch.Tensor, targets: torch.Tensor, alpha: float | torch.Tensor
+    logits: torch.Tensor, targets: torch.Tensor, alpha: float | torch.Tensor = 0.1
 ) -> torch.Tensor:
     r"""Shrink the targets towards the uniform distribution over the ``C`` classes.
 
@@ -51,7 +51,7 @@ def smooth_labels(
         targets: class indices ``(N)`` / ``(N, d1, ..., dk)`` in ``[0, C)``, or dense targets of
             the shape of ``logits``.
         alpha: smoothing strength in ``[0, 1]`` (a float or a 0-d tensor); 0 keeps the
-            targets, 1 gives the uniform distribution.
+            targets, 1 gives the uniform distribution. Default 0.1, Composer's.
 
     Returns:
         The smoothed targets, shape, dtype, device and memory format of ``logits``.

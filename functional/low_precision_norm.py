@@ -15,6 +15,7 @@ private registry resolved from ``sys.modules``: timm is never imported here.
 
 from __future__ import annotations
 
+import enum
 from typing import TypeVar
 
 import torch
@@ -46,6 +47,30 @@ def _check_dtype(dtype: object) -> bool:
     if not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype}")
     return dtype in _LOW_PRECISION
+
+
+# Composer's precision settings (the values of its ``Precision`` enum), as the transforms'
+# ``dtype``: the dtype each one computes the norms in, or None where it has nothing to do.
+_COMPOSER_PRECISIONS: dict[str, torch.dtype | None] = {
+    "amp_bf16": torch.bfloat16,
+    "amp_fp16": torch.float16,
+    "fp32": None,
+    "amp_fp8": None,
+}
+
+
+def _transform_dtype(dtype: object) -> torch.dtype | None:
+    """The transforms' ``dtype``: a ``torch.dtype``, or one of Composer's precision names (a
+    string, or an enum member whose value is one); None for a full-precision setting."""
+    value = dtype.value if isinstance(dtype, enum.Enum) else dtype
+    if not isinstance(value, str):
+        return dtype  # type: ignore[return-value]  # checked by _check_dtype
+    if value not in _COMPOSER_PRECISIONS:
+        raise ValueError(
+            f"dtype must be a torch.dtype or one of Composer's precisions "
+            f"{sorted(_COMPOSER_PRECISIONS)}, got {dtype!r}"
+        )
+    return _COMPOSER_PRECISIONS[value]
 
 
 def _autocast_on(x: torch.Tensor) -> bool:
@@ -235,17 +260,19 @@ def _refusal(module: nn.Module, known: Registry) -> str | None:
 
 def _apply(
     model: ModelT,
-    dtype: torch.dtype,
+    precision: torch.dtype | str,
     optimizers: OptimizerArg,
     plain: type[nn.Module],
     known: Registry,
     report: NoEffectReport,
 ) -> ModelT:
     check_module(model)
-    if not _check_dtype(dtype):
+    dtype = _transform_dtype(precision)
+    if dtype is None or not _check_dtype(dtype):
         warn_no_effect(
             report.transform,
-            f"layers to run in {dtype}: only torch.float16 and torch.bfloat16 are low precision",
+            f"layers to run in {precision}: only torch.float16 and torch.bfloat16 (Composer's "
+            "'amp_fp16' and 'amp_bf16') are low precision",
         )
         return model
     replacements: dict[nn.Module, nn.Module] = {}
@@ -288,7 +315,7 @@ _GROUP_NORM_REPORT = NoEffectReport(
 
 
 def apply_low_precision_layernorm(
-    model: ModelT, dtype: torch.dtype, optimizers: OptimizerArg = None
+    model: ModelT, dtype: torch.dtype | str, optimizers: OptimizerArg = None
 ) -> ModelT:
     """Make the ``nn.LayerNorm`` layers of ``model`` run in ``dtype`` under autocast, in place.
 
@@ -313,7 +340,10 @@ def apply_low_precision_layernorm(
 
     Args:
         model: the model to change in place.
-        dtype: ``torch.float16`` or ``torch.bfloat16``.
+        dtype: ``torch.float16`` or ``torch.bfloat16``; or Composer's precision setting in
+            its place (``'amp_fp16'``, ``'amp_bf16'``, or its ``Precision`` enum), so that a
+            ported ``apply_low_precision_layernorm(model, state.precision, optimizers)``
+            works; ``'fp32'`` and ``'amp_fp8'`` only warn, as in Composer.
         optimizers: optimizers holding ``model``'s parameters (kept consistent).
 
     Returns:
@@ -322,6 +352,10 @@ def apply_low_precision_layernorm(
     Warns:
         surgery.NoEffectWarning: when the model has no layer norm it converts, or ``dtype`` is
             not a low-precision dtype; naming the layer norm subclasses it left alone.
+
+    Raises:
+        TypeError: ``dtype`` is neither a ``torch.dtype`` nor a precision name.
+        ValueError: ``dtype`` is not a floating dtype, or an unknown precision name.
 
     Example:
         >>> model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))
@@ -333,7 +367,7 @@ def apply_low_precision_layernorm(
 
 
 def apply_low_precision_groupnorm(
-    model: ModelT, dtype: torch.dtype, optimizers: OptimizerArg = None
+    model: ModelT, dtype: torch.dtype | str, optimizers: OptimizerArg = None
 ) -> ModelT:
     """Make the ``nn.GroupNorm`` layers of ``model`` run in ``dtype`` under autocast, in place.
 

@@ -107,9 +107,9 @@ def _per_sample_loss(loss_fun: object) -> Callable[[torch.Tensor, torch.Tensor],
         takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         if "reduction" not in params and not takes_kwargs:
             raise TypeError(
-                "loss_fun must accept a `reduction` keyword argument (it is called as "
-                "loss_fun(output, y, reduction='none')), e.g. torch.nn.functional.cross_entropy, "
-                "or be a torch.nn loss module"
+                "loss_fun must take a keyword argument `reduction`. It is called as "
+                "loss_fun(output, y, reduction='none'); use e.g. torch.nn.functional.cross_entropy "
+                "or a torch.nn loss module"
             )
     return functools.partial(loss_fun, reduction="none")
 
@@ -186,7 +186,7 @@ def select_using_loss(
     y: torch.Tensor,
     model: torch.nn.Module,
     loss_fun: Callable[..., torch.Tensor],
-    keep: float,
+    keep: float = 0.5,
     scale_factor: float = 1.0,
     *,
     generator: torch.Generator | None = None,
@@ -221,7 +221,7 @@ def select_using_loss(
             one loss per sample, shape ``(B,)`` (like :func:`torch.nn.functional.cross_entropy`),
             or a torch loss module (``nn.CrossEntropyLoss(...)``), used with its settings but
             ``reduction='none'`` whatever reduction it was built with.
-        keep: fraction of the batch to keep, in ``[0, 1]``.
+        keep: fraction of the batch to keep, in ``[0, 1]``; default 0.5, Composer's.
         scale_factor: downsampling of the scoring pass, in ``(0, 1]``; every spatial side must
             keep at least one pixel (checked at entry).
         generator: source of randomness for the draw.

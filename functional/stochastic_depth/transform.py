@@ -143,6 +143,17 @@ def apply_stochastic_depth(
         Huang, Sun, Liu, Sedra and Weinberger, "Deep Networks with Stochastic Depth", ECCV 2016.
     """
     check_module(model)
+    if (
+        isinstance(stochastic_method, str)
+        and stochastic_method in STOCHASTIC_BLOCKS
+        and target_layer_name in _METHODS
+    ):
+        raise ValueError(
+            f"stochastic_method must be one of {', '.join(map(repr, _METHODS))}; got "
+            f"{stochastic_method!r} and target_layer_name={target_layer_name!r}: the two look "
+            "swapped. Composer's order is (model, target_layer_name, stochastic_method), this "
+            "one's (model, stochastic_method, target_layer_name): pass both by keyword"
+        )
     check_one_of(stochastic_method, "stochastic_method", _METHODS)
     if not isinstance(target_layer_name, str):
         raise TypeError(f"target_layer_name must be a str, got {type(target_layer_name).__name__}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import enum
+
 import pytest
 import torch
 import torch.nn.functional as TF
@@ -123,11 +125,42 @@ def test_apply_groupnorm_and_dtype_rules():
     assert type(ln[0]) is nn.LayerNorm
     with pytest.raises(ValueError, match="dtype must be a floating-point"):
         apply_low_precision_layernorm(ln, torch.int8)
-    with pytest.raises(TypeError, match=r"dtype must be a torch.dtype"):
+    with pytest.raises(ValueError, match=r"dtype must be a torch.dtype or one of Composer's"):
         apply_low_precision_layernorm(ln, "bf16")
+    with pytest.raises(TypeError, match=r"dtype must be a torch.dtype"):
+        apply_low_precision_layernorm(ln, 16)
     with pytest.raises(TypeError, match=r"dtype must be a torch.dtype"):
         LowPrecisionLayerNorm(4, low_precision_dtype="bf16")
     bf16 = nn.Sequential(nn.LayerNorm(4)).to(torch.bfloat16)
     apply_low_precision_layernorm(bf16, torch.bfloat16)
     assert bf16[0].weight.dtype == torch.bfloat16
     assert bf16(torch.randn(2, 4, dtype=torch.bfloat16)).dtype == torch.bfloat16
+
+
+class _Precision(enum.Enum):  # the shape of Composer's ``Precision`` enum
+    FP32 = "fp32"
+    AMP_FP16 = "amp_fp16"
+    AMP_BF16 = "amp_bf16"
+    AMP_FP8 = "amp_fp8"
+
+
+@pytest.mark.parametrize(
+    ("precision", "dtype"),
+    [
+        ("amp_bf16", torch.bfloat16),
+        (_Precision.AMP_FP16, torch.float16),
+        ("fp32", None),
+        (_Precision.AMP_FP8, None),
+    ],
+)
+def test_composer_precision_settings_stand_for_their_dtype(precision, dtype):
+    """A ported ``apply_low_precision_layernorm(model, state.precision, optimizers)``: the
+    autocast settings convert in their dtype; full precision and fp8 only warn, as in Composer."""
+    model = nn.Sequential(nn.LayerNorm(4), nn.GroupNorm(2, 4))
+    if dtype is None:
+        assert_no_effect(lambda: apply_low_precision_layernorm(model, precision), "'amp_bf16'")
+        assert type(model[0]) is nn.LayerNorm
+        return
+    apply_low_precision_layernorm(model, precision)
+    apply_low_precision_groupnorm(model, precision)
+    assert model[0].low_precision_dtype == model[1].low_precision_dtype == dtype

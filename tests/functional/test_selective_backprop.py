@@ -142,7 +142,11 @@ def test_reproducible_with_generator() -> None:
         ({"keep": 1.5}, ValueError, "keep must be in \\[0.0, 1.0\\]"),
         ({"scale_factor": 1.5}, ValueError, "scale_factor must be in \\(0.0, 1.0\\]"),
         ({"y": torch.arange(3)}, ValueError, "y must have the batch size"),
-        ({"loss_fun": lambda out, y: out.sum()}, TypeError, "must accept a `reduction` keyword"),
+        (
+            {"loss_fun": lambda out, y: out.sum()},
+            TypeError,
+            "must take a keyword argument `reduction`",
+        ),
         ({"loss_fun": "ce"}, TypeError, "loss_fun must be callable"),
         ({"loss_fun": lambda out, y, reduction: out.sum()}, ValueError, "one loss per sample"),
         ({"model": lambda x: x}, TypeError, "model must be an nn.Module"),
@@ -209,7 +213,7 @@ def test_loss_module_is_scored_per_sample_whatever_its_reduction(reduction) -> N
 
 def test_callable_without_reduction_keyword_is_refused_at_entry() -> None:
     X, y = torch.rand(4, 3, 6, 6), torch.tensor([0, 1, 2, 0])
-    with pytest.raises(TypeError, match="loss_fun must accept a `reduction` keyword"):
+    with pytest.raises(TypeError, match="loss_fun must take a keyword argument `reduction`"):
         F.select_using_loss(X, y, _cnn(), lambda out, target: out.sum(), 0.5)
 
 
