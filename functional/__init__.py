@@ -46,6 +46,7 @@ from functional.ghost_batchnorm import (
     apply_ghost_batchnorm,
 )
 from functional.gradient_clipping import apply_gradient_clipping
+from functional.gyro_dropout import GyroDropoutLayer, apply_gyro_dropout
 from functional.label_smoothing import smooth_labels
 from functional.layer_freezing import freeze_layers
 from functional.low_precision_norm import (
@@ -98,6 +99,7 @@ __all__: list[str] = [
     "GhostBatchNorm2d",
     "GhostBatchNorm3d",
     "GhostBatchNormAct2d",
+    "GyroDropoutLayer",
     "LowPrecisionGroupNorm",
     "LowPrecisionLayerNorm",
     "LowPrecisionLayerNorm2d",
@@ -118,6 +120,7 @@ __all__: list[str] = [
     "apply_gated_linear_units",
     "apply_ghost_batchnorm",
     "apply_gradient_clipping",
+    "apply_gyro_dropout",
     "apply_low_precision_groupnorm",
     "apply_low_precision_layernorm",
     "apply_se",
