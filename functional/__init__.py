@@ -30,7 +30,14 @@ from functional.colout import colout, colout_batch
 from functional.cutmix import cutmix_batch
 from functional.cutout import cutout
 from functional.ema import compute_ema, ema_smoothing, swap_ema_weights, use_ema_weights
-from functional.factorization import FactorizedConv2d, FactorizedLinear, apply_factorization
+from functional.factorization import (
+    FactorizedConv2d,
+    FactorizedLinear,
+    LowRankSolution,
+    apply_factorization,
+    factorize_conv2d,
+    factorize_matrix,
+)
 from functional.gated_linear_units import (
     GatedLinear,
     apply_gated_linear_units,
@@ -103,6 +110,7 @@ __all__: list[str] = [
     "LowPrecisionGroupNorm",
     "LowPrecisionLayerNorm",
     "LowPrecisionLayerNorm2d",
+    "LowRankSolution",
     "SAMOptimizer",
     "SqueezeExcite2d",
     "SqueezeExciteConv2d",
@@ -136,6 +144,8 @@ __all__: list[str] = [
     "cutmix_batch",
     "cutout",
     "ema_smoothing",
+    "factorize_conv2d",
+    "factorize_matrix",
     "freeze_layers",
     "gen_interpolation_lambda",
     "glu_block_registry",

@@ -28,6 +28,8 @@ is); the masks do not depend on the number of units, so any input width works.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -76,6 +78,9 @@ class GyroDropoutLayer(nn.Dropout):
         >>> torch.equal(y[0], y[1]), sorted(set(y.flatten().tolist())) <= [0.0, 2.0]
         (True, True)
     """
+
+    seed: torch.Tensor
+    training_step: torch.Tensor
 
     def __init__(
         self,
@@ -226,18 +231,12 @@ def apply_gyro_dropout(
     """
     check_module(model)
     check_generator(generator)
-    layer_args = {
-        "iters_per_epoch": iters_per_epoch,
-        "max_epoch": max_epoch,
-        "p": p,
-        "sigma": sigma,
-        "tau": tau,
-    }
-    GyroDropoutLayer(**layer_args, seed=0)  # validates the arguments before any change
+    layer = functools.partial(GyroDropoutLayer, iters_per_epoch, max_epoch, p, sigma, tau)
+    layer(seed=0)  # validates the arguments before any change
     already = [name for name, m in model.named_modules() if isinstance(m, GyroDropoutLayer)]
 
     def convert(module: nn.Module, _index: int) -> nn.Module | None:
-        return GyroDropoutLayer(**layer_args, generator=generator)
+        return layer(generator=generator)
 
     replaced = replace_module_classes(
         model, {nn.Dropout: convert}, optimizers=as_optimizer_list(optimizers), exact_type=True
