@@ -309,7 +309,7 @@ def _layer_cases() -> dict[str, tuple[Callable[[], nn.Module], Callable[[], torc
         "BlurMaxPool2d": (lambda: F.BlurMaxPool2d(2), img),
         "BlurPool2d": (lambda: F.BlurPool2d(channels=3), img),
         "FactorizedConv2d": (lambda: F.FactorizedConv2d(3, 16, 3, latent_channels=0.5), img),
-        "FactorizedLinear": (lambda: F.FactorizedLinear(16, 16, latent_features=0.5), vec(4, 16)),
+        "FactorizedLinear": (lambda: F.FactorizedLinear(16, 16, latent_features=0.25), vec(4, 16)),
         "GatedLinear": (lambda: F.GatedLinear(16, 8), vec(4, 16)),
         "GhostBatchNorm1d": (lambda: F.GhostBatchNorm1d(6, ghost_batch_size=4), vec(8, 6)),
         "GhostBatchNorm2d": (lambda: F.GhostBatchNorm2d(3, ghost_batch_size=2), lambda: img(4)),

@@ -11,6 +11,7 @@ from torch import nn
 import surgery
 from functional import FactorizedConv2d, FactorizedLinear, apply_factorization
 from functional.factorization.solve import one_cpu_thread as _one_cpu_thread
+from tests.functional._hf_models import hf_model
 from tests.functional._model_checks import (
     assert_dtype,
     assert_idempotent,
@@ -245,3 +246,29 @@ def test_meta_device_builds_shapes_without_decomposing():
     assert all(p.is_meta for p in model.parameters())
     out = model(torch.empty(2, 32, 4, 4, device="meta"))
     assert out.shape == (2, 64) and out.is_meta
+
+
+def test_tied_lm_head_stays_dense_and_tied_with_a_warning():
+    """Issue 32 §3: GPT-2's lm_head shares the token embedding's matrix; factorizing it would
+    untie them silently."""
+    gpt2 = hf_model("gpt2")
+    wte = gpt2.transformer.wte.weight
+    with pytest.warns(surgery.NoEffectWarning) as caught:
+        apply_factorization(gpt2, min_features=16, latent_features=4)
+    messages = [str(w.message) for w in caught]
+    assert any("lm_head (weight tied to transformer.wte)" in m for m in messages), messages
+    assert any("neither tied to another module" in m for m in messages), messages
+    assert type(gpt2.lm_head) is nn.Linear and gpt2.lm_head.weight is wte
+
+
+def test_t5_feed_forward_output_stays_dense_and_t5_still_runs():
+    """Issue 32 §3: T5's feed-forward forward reads ``wo.weight``; that layer stays dense (named
+    in the warning), the other linears are factorized and the model runs."""
+    t5 = hf_model("t5")
+    ids = torch.randint(0, 40, (2, 6), generator=torch.Generator().manual_seed(0))
+    with pytest.warns(surgery.NoEffectWarning, match=r"DenseReluDense.wo \(T5DenseActDense"):
+        apply_factorization(t5, min_features=16, latent_features=4)
+    factorized = {n for n, m in t5.named_modules() if isinstance(m, FactorizedLinear)}
+    assert "encoder.block.0.layer.1.DenseReluDense.wi" in factorized
+    assert not any(n.endswith(".wo") for n in factorized) and "lm_head" not in factorized
+    assert t5(input_ids=ids, decoder_input_ids=ids).logits.shape == (2, 6, 40)
