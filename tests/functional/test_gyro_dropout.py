@@ -66,7 +66,9 @@ def test_masks_keep_each_unit_with_probability_one_minus_p():
     masks = layer.preselected_masks(4096)
     assert masks.shape == (64, 4096)
     assert abs(float(masks.mean()) - 0.75) < 0.01  # 262144 draws: 5 sigma is 0.0042
-    assert float(GyroDropoutLayer(1, 1, p=0.0, sigma=2, tau=1, seed=0).preselected_masks(9).min()) == 1
+    assert (
+        float(GyroDropoutLayer(1, 1, p=0.0, sigma=2, tau=1, seed=0).preselected_masks(9).min()) == 1
+    )
 
 
 def test_eval_mode_is_identity_and_does_not_advance():
@@ -87,7 +89,9 @@ def test_sequences_share_the_sample_mask_over_positions_and_keep_dtype():
 
 def test_state_dict_round_trip_resumes_bit_for_bit():
     def fresh(seed: int) -> nn.Module:
-        return nn.Sequential(nn.Linear(8, 32), GyroDropoutLayer(3, 4, p=0.5, sigma=4, tau=2, seed=seed))
+        return nn.Sequential(
+            nn.Linear(8, 32), GyroDropoutLayer(3, 4, p=0.5, sigma=4, tau=2, seed=seed)
+        )
 
     run = fresh(7)
     for _ in range(5):
@@ -102,17 +106,32 @@ def test_state_dict_round_trip_resumes_bit_for_bit():
     assert int(resumed[1].training_step) == 13
 
 
-def test_compiled_forward_is_one_graph_equal_to_eager_and_reads_nothing_on_the_host():
+@pytest.mark.slow
+def test_compiled_training_is_one_graph_equal_to_eager_and_reads_nothing_on_the_host():
+    def build() -> nn.Module:
+        torch.manual_seed(0)
+        return apply_gyro_dropout(
+            nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(), nn.Linear(32, 3)),
+            1, 6, p=0.5, sigma=8, tau=2, generator=torch.Generator().manual_seed(8),
+        )  # fmt: skip
+
+    def step(model, x: torch.Tensor) -> torch.Tensor:
+        loss = model(x).square().mean()
+        loss.backward()
+        return loss.detach()
+
     torch._dynamo.reset()
-    compiled_layer = GyroDropoutLayer(1, 6, p=0.5, sigma=8, tau=2, seed=8)
-    eager_layer = GyroDropoutLayer(1, 6, p=0.5, sigma=8, tau=2, seed=8)
-    fn, counter = compile_counter(compiled_layer)
-    for step in range(6):  # crosses cycle boundaries (iter_num 2)
-        x = _x(4, 16, seed=step)
+    compiled_model, eager_model = build(), build()
+    fn, counter = compile_counter(compiled_model)
+    for i in range(6):  # crosses cycle boundaries (iter_num 2)
+        x = _x(4, 16, seed=i)
         with no_host_reads():
-            expected = eager_layer(x)
-        assert torch.equal(fn(x), expected)
+            expected = step(eager_model, x)
+        torch.testing.assert_close(step(fn, x), expected, rtol=1e-6, atol=1e-7)
+        for a, b in zip(compiled_model.parameters(), eager_model.parameters(), strict=True):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-7)
     assert counter.frame_count == 1
+    assert int(compiled_model[2].training_step) == 6
 
 
 def test_arguments_are_checked():
