@@ -8,6 +8,8 @@ the shapes it documents; set_rank keeps optimizers consistent and refuses to gro
 
 from __future__ import annotations
 
+import itertools
+
 import hypothesis
 import pytest
 import torch
@@ -83,7 +85,7 @@ def test_error_is_the_optimum_and_never_rises_with_rank_or_iterations(n, d, m, s
     errors = [
         _error(x, y, factorize_matrix(x, y, wa, bias=bias, rank=rank, n_iters=i)) for i in range(4)
     ]
-    assert all(b <= a + 1e-8 * (float(y.square().sum()) + 1) for a, b in zip(errors, errors[1:]))
+    assert all(b <= a + 1e-8 * (float(y.square().sum()) + 1) for a, b in itertools.pairwise(errors))
 
 
 def test_no_iterations_is_the_truncated_svd_of_the_weight_with_the_best_bias():

@@ -143,7 +143,7 @@ def test_arguments_are_checked():
         apply_gyro_dropout(nn.Dropout(), 0, 10)
     with pytest.raises(TypeError, match="sigma must be an int"):
         apply_gyro_dropout(nn.Dropout(), 10, 10, sigma=2.5)
-    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+    with pytest.raises(TypeError, match=r"generator must be a torch\.Generator"):
         apply_gyro_dropout(nn.Dropout(), 10, 10, generator=3)
 
 

@@ -9,6 +9,7 @@ both layers refuse the same latent sizes; both transforms pick the same layers.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from types import ModuleType
 
@@ -58,7 +59,7 @@ def test_error_falls_with_rank_and_iterations(already_factorized):
     by_iters = [F.factorize_matrix(x, y, wa, wb, rank=8, n_iters=i).nmse for i in (0, 1, 2, 4)]
     for errors in (by_rank, by_iters):
         assert all(e < 1 for e in errors)
-        assert all(b <= a + 1e-8 for a, b in zip(errors, errors[1:], strict=False))
+        assert all(b <= a + 1e-8 for a, b in itertools.pairwise(errors))
 
 
 @pytest.mark.parametrize(("sizes", "kind"), [((8, 8, 4), "linear"), ((7, 5, 3), "linear"), ((10, 10, 0.5), "linear"),
@@ -125,34 +126,29 @@ def test_side_by_side_conv_shapes_and_error(factorize):
     assert ours.nmse <= theirs.nmse + 1e-12  # no original bias passed on: same measure
 
 
-def test_side_by_side_layers_refuse_the_same_latent_sizes(factorize):
+@pytest.mark.parametrize(
+    ("in_size", "out_size", "kernel", "latent"),
+    [(8, 8, 1, 4), (8, 8, 1, 3), (7, 5, 1, 3), (10, 10, 1, 0.5), (10, 10, 1, 0.4),
+     (4, 16, (3, 3), 11), (4, 16, (3, 3), 12), (16, 16, (3, 3), 0.9)],
+)  # fmt: skip
+def test_side_by_side_layers_refuse_the_same_latent_sizes(
+    factorize, in_size, out_size, kernel, latent
+):
     """Kernel sizes as pairs: Composer's check reads an int ``k`` as ``k`` taps, not ``k x k``
     (it refuses ``FactorizedConv2d(4, 16, 3, latent_channels=11)``, which saves compute)."""
-    for in_size, out_size, kernel, latent in [(8, 8, 1, 4), (8, 8, 1, 3), (7, 5, 1, 3), (10, 10, 1, 0.5),
-                                              (10, 10, 1, 0.4), (4, 16, (3, 3), 11), (4, 16, (3, 3), 12), (16, 16, (3, 3), 0.9)]:  # fmt: skip
-        refused = []
-        for build in (
-            lambda: factorize.FactorizedConv2d(in_size, out_size, kernel, latent_channels=latent),
-            lambda: F.FactorizedConv2d(in_size, out_size, kernel, latent_channels=latent),
-        ):
-            try:
-                build()
-                refused.append(False)
-            except ValueError:
-                refused.append(True)
-        assert refused[0] == refused[1], (in_size, out_size, kernel, latent)
-        if kernel == 1:  # a 1x1 convolution costs what a linear layer does
-            theirs = _refuses(
-                lambda: factorize.FactorizedLinear(in_size, out_size, latent_features=latent)
-            )
-            assert theirs == _refuses(
-                lambda: F.FactorizedLinear(in_size, out_size, latent_features=latent)
-            )
+    sizes = (in_size, out_size, kernel)
+    assert _refuses(factorize.FactorizedConv2d, *sizes, latent_channels=latent) == _refuses(
+        F.FactorizedConv2d, *sizes, latent_channels=latent
+    )
+    if kernel == 1:  # a 1x1 convolution costs what a linear layer does
+        assert _refuses(factorize.FactorizedLinear, in_size, out_size, latent_features=latent) == (
+            _refuses(F.FactorizedLinear, in_size, out_size, latent_features=latent)
+        )
 
 
-def _refuses(build) -> bool:
+def _refuses(build, *args, **kwargs) -> bool:
     try:
-        build()
+        build(*args, **kwargs)
     except ValueError:
         return True
     return False
