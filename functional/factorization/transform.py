@@ -157,6 +157,7 @@ def apply_factorization(
         surgery.NoEffectWarning: when no layer qualifies.
 
     Example:
+        >>> import torch
         >>> model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
         >>> model = apply_factorization(model, latent_features=64)
         >>> model[0].rank, type(model[2]).__name__
