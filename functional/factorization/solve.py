@@ -182,7 +182,8 @@ def solve_matrix(
     _check_matrix_args(x, y, wa, wb, bias)
     n_iters = check_int(n_iters, "n_iters", minimum=0)
     k = latent_size(rank, "rank", x.shape[1])
-    if isinstance(rank, float) and rank < 1:  # a fraction of the input size, capped at the current rank
+    # A fraction is of the input size, capped at the current rank (as Composer's).
+    if isinstance(rank, float) and rank < 1:
         k = min(k, wa.shape[1])
     out_dtype, work = wa.dtype, accumulation_dtype(wa.dtype)
     x, y = x.detach().to(work), y.detach().to(work)
