@@ -36,7 +36,12 @@ from torch import nn
 from functional._args import check_generator, check_in_range, check_int, check_module
 from functional._policies import ModelT, NoEffectReport
 from functional.stochastic_depth.generators import draw_bits
-from surgery import OptimizerArg, as_optimizer_list, replace_module_classes
+from surgery import (
+    OptimizerArg,
+    as_optimizer_list,
+    fill_missing_entries,
+    replace_module_classes,
+)
 
 __all__ = ["GyroDropoutLayer", "apply_gyro_dropout"]
 
@@ -170,6 +175,10 @@ class GyroDropoutLayer(nn.Dropout):
         self.training_step.add_(1)
         mask = mask.view(batch, *([1] * (input.ndim - 2)), features)
         return input * mask * (1 / (1 - self.p))
+
+    def surgery_remap_state_dict(self, state_dict: dict[str, torch.Tensor], prefix: str) -> None:
+        """A checkpoint of the plain dropout model has no seed or step: this layer's fill them."""
+        fill_missing_entries(state_dict, self, prefix, ("seed", "training_step"))
 
     def extra_repr(self) -> str:
         return f"p={self.p}, sigma={self.sigma}, tau={self.tau}, iter_num={self.iter_num}"

@@ -10,6 +10,7 @@ import torchvision
 from torch import nn
 
 import functional as F
+import surgery
 from functional import GyroDropoutLayer, apply_gyro_dropout
 from tests.devicecheck import compile_counter, no_host_reads
 from tests.functional._hf_models import hf_model
@@ -104,6 +105,15 @@ def test_state_dict_round_trip_resumes_bit_for_bit():
         x = _x(6, 8, seed=step)
         assert torch.equal(run(x), resumed(x))
     assert int(resumed[1].training_step) == 13
+
+
+def test_a_checkpoint_of_the_plain_dropout_model_loads_through_remap_state_dict():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout())
+    checkpoint = model.state_dict()
+    apply_gyro_dropout(model, 10, 10, generator=torch.Generator().manual_seed(0))
+    seed = int(model[1].seed)
+    model.load_state_dict(surgery.remap_state_dict(checkpoint, model))
+    assert int(model[1].seed) == seed and int(model[1].training_step) == 0
 
 
 @pytest.mark.slow
