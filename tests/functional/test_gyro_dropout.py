@@ -3,10 +3,12 @@ from a state dict, compile, and the transform on real models."""
 
 from __future__ import annotations
 
+import hypothesis
 import pytest
 import torch
 import torch._dynamo
 import torchvision
+from hypothesis import strategies as st
 from torch import nn
 
 import functional as F
@@ -30,19 +32,33 @@ def test_output_is_input_times_mask_over_keep_probability():
     assert torch.equal(y, x * mask * (1 / (1 - 0.5)))
 
 
-@pytest.mark.parametrize(("batch", "tau"), [(64, 16), (48, 4), (10, 4), (3, 4)])
-def test_samples_in_one_group_share_one_preselected_mask(batch, tau):
-    sigma, features = 32, 96
-    layer = GyroDropoutLayer(10, 10, p=0.3, sigma=sigma, tau=tau, seed=2)
-    layer(torch.ones(batch, features))
-    mask = layer.dropout_mask
-    groups = torch.arange(batch) * tau // batch  # contiguous groups, sizes differ by <= 1
-    active = layer.active_subnetworks(0)
-    preselected = layer.preselected_masks(features)
-    assert active.shape == (tau,) and len(set(active.tolist())) == tau
+@hypothesis.settings(max_examples=25, deadline=None)
+@hypothesis.given(
+    batch=st.integers(1, 40),
+    features=st.integers(1, 24),
+    sigma=st.integers(1, 12),
+    tau_fraction=st.floats(0, 1),
+    p=st.sampled_from([0.0, 0.1, 0.5, 0.9]),
+    seed=st.integers(0, 2**40),
+    step=st.integers(0, 50),
+)
+def test_each_group_of_samples_uses_one_of_tau_distinct_preselected_masks(
+    batch, features, sigma, tau_fraction, p, seed, step
+):
+    """The law of the mask: sample i uses active mask floor(i·tau/B); the tau active masks of a
+    step are distinct rows of the sigma preselected ones; kept units are scaled by 1/(1-p)."""
+    tau = 1 + int(tau_fraction * (sigma - 1))
+    layer = GyroDropoutLayer(3, 4, p=p, sigma=sigma, tau=tau, seed=seed)
+    layer.training_step.fill_(step)
+    x = torch.ones(batch, features)
+    y = layer(x)
+    active = layer.active_subnetworks(step)
+    assert sorted(set(active.tolist())) == sorted(active.tolist()) and len(active) == tau
     assert all(0 <= i < sigma for i in active.tolist())
-    for i in range(batch):
-        assert torch.equal(mask[i], preselected[active[groups[i]]])
+    preselected = layer.preselected_masks(features)
+    groups = torch.arange(batch) * tau // batch
+    assert torch.equal(layer.dropout_mask, preselected[active[groups]])
+    assert torch.equal(y, layer.dropout_mask * (1 / (1 - p)))
 
 
 def test_active_set_changes_only_at_cycle_boundaries():
