@@ -30,7 +30,14 @@ from functional.colout import colout, colout_batch
 from functional.cutmix import cutmix_batch
 from functional.cutout import cutout
 from functional.ema import compute_ema, ema_smoothing, swap_ema_weights, use_ema_weights
-from functional.factorization import FactorizedConv2d, FactorizedLinear, apply_factorization
+from functional.factorization import (
+    FactorizedConv2d,
+    FactorizedLinear,
+    LowRankSolution,
+    apply_factorization,
+    factorize_conv2d,
+    factorize_matrix,
+)
 from functional.gated_linear_units import (
     GatedLinear,
     apply_gated_linear_units,
@@ -46,6 +53,7 @@ from functional.ghost_batchnorm import (
     apply_ghost_batchnorm,
 )
 from functional.gradient_clipping import apply_gradient_clipping
+from functional.gyro_dropout import GyroDropoutLayer, apply_gyro_dropout
 from functional.label_smoothing import smooth_labels
 from functional.layer_freezing import freeze_layers
 from functional.low_precision_norm import (
@@ -98,9 +106,11 @@ __all__: list[str] = [
     "GhostBatchNorm2d",
     "GhostBatchNorm3d",
     "GhostBatchNormAct2d",
+    "GyroDropoutLayer",
     "LowPrecisionGroupNorm",
     "LowPrecisionLayerNorm",
     "LowPrecisionLayerNorm2d",
+    "LowRankSolution",
     "SAMOptimizer",
     "SqueezeExcite2d",
     "SqueezeExciteConv2d",
@@ -118,6 +128,7 @@ __all__: list[str] = [
     "apply_gated_linear_units",
     "apply_ghost_batchnorm",
     "apply_gradient_clipping",
+    "apply_gyro_dropout",
     "apply_low_precision_groupnorm",
     "apply_low_precision_layernorm",
     "apply_se",
@@ -133,6 +144,8 @@ __all__: list[str] = [
     "cutmix_batch",
     "cutout",
     "ema_smoothing",
+    "factorize_conv2d",
+    "factorize_matrix",
     "freeze_layers",
     "gen_interpolation_lambda",
     "glu_block_registry",

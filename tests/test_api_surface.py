@@ -137,6 +137,12 @@ EXTENSIONS = {
         # stochastic depth's drop_warmup (issue 14): a schedule and a per-step setter
         "stochastic_depth_drop_rate",
         "set_stochastic_depth_drop_rate",
+        # Composer's gyro dropout and data-driven factorization (issue 31)
+        "GyroDropoutLayer",
+        "apply_gyro_dropout",
+        "LowRankSolution",
+        "factorize_conv2d",
+        "factorize_matrix",
     ],
     "augment": [
         "color_original",

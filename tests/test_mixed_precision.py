@@ -62,12 +62,14 @@ BATCH_OPS = {  # public op -> the conformance cases that call it
 LAYERS = (
     "BlurConv2d BlurMaxPool2d BlurPool2d FactorizedConv2d FactorizedLinear GatedLinear "
     "GhostBatchNorm1d GhostBatchNorm2d GhostBatchNorm3d GhostBatchNormAct2d LowPrecisionGroupNorm "
-    "LowPrecisionLayerNorm LowPrecisionLayerNorm2d SqueezeExcite2d SqueezeExciteConv2d WeightStandardizer AlibiBias"
+    "LowPrecisionLayerNorm LowPrecisionLayerNorm2d SqueezeExcite2d SqueezeExciteConv2d WeightStandardizer AlibiBias "
+    "GyroDropoutLayer"
 ).split()
 TRANSFORMS = (
     "apply_blurpool apply_channels_last apply_factorization apply_ghost_batchnorm "
     "apply_low_precision_groupnorm apply_low_precision_layernorm apply_se apply_squeeze_excite "
-    "apply_stochastic_depth apply_weight_standardization apply_gated_linear_units apply_alibi"
+    "apply_stochastic_depth apply_weight_standardization apply_gated_linear_units apply_alibi "
+    "apply_gyro_dropout"
 ).split()
 TRAINING_STATE = (
     "compute_ema swap_ema_weights use_ema_weights SAMOptimizer apply_gradient_clipping SWA"
@@ -98,6 +100,10 @@ SKIPPED = {
     "seq_length_warmup_length": "a Python int schedule",
     "stochastic_depth_drop_rate": "a Python float schedule",
     "should_selective_backprop": "a Python bool schedule",
+    "LowRankSolution": "a dataclass of tensors: no arithmetic",
+    "factorize_matrix": "one-off solver, run in the accumulation dtype and returned in the "
+    "weight's (tests/functional/test_factorization_solve.py)",
+    "factorize_conv2d": "one-off solver, as factorize_matrix",
 }
 
 
@@ -244,6 +250,13 @@ MODELS: dict[str, tuple[Callable, Callable, Callable]] = {
     ),
     "apply_gated_linear_units": (_bert, _tokens, lambda m, d: F.apply_gated_linear_units(m)),
     "apply_alibi": (_gpt2, _tokens, lambda m, d: F.apply_alibi(m, max_sequence_length=64)),
+    "apply_gyro_dropout": (
+        lambda: nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(), nn.Linear(32, 4)),
+        lambda: torch.randn(4, 16, generator=torch.Generator().manual_seed(0)),
+        lambda m, d: F.apply_gyro_dropout(
+            m, 10, 10, 0.5, 8, 2, generator=torch.Generator().manual_seed(0)
+        ),
+    ),
     "apply_alibi (nn.TransformerEncoder)": (
         _transformer_encoder,
         lambda: torch.randn(2, 12, 16, generator=torch.Generator().manual_seed(0)),
@@ -309,8 +322,9 @@ def _layer_cases() -> dict[str, tuple[Callable[[], nn.Module], Callable[[], torc
         "BlurMaxPool2d": (lambda: F.BlurMaxPool2d(2), img),
         "BlurPool2d": (lambda: F.BlurPool2d(channels=3), img),
         "FactorizedConv2d": (lambda: F.FactorizedConv2d(3, 16, 3, latent_channels=0.5), img),
-        "FactorizedLinear": (lambda: F.FactorizedLinear(16, 16, latent_features=0.5), vec(4, 16)),
+        "FactorizedLinear": (lambda: F.FactorizedLinear(16, 16, latent_features=0.25), vec(4, 16)),
         "GatedLinear": (lambda: F.GatedLinear(16, 8), vec(4, 16)),
+        "GyroDropoutLayer": (lambda: F.GyroDropoutLayer(10, 10, 0.5, 8, 2, seed=0), vec(4, 16)),
         "GhostBatchNorm1d": (lambda: F.GhostBatchNorm1d(6, ghost_batch_size=4), vec(8, 6)),
         "GhostBatchNorm2d": (lambda: F.GhostBatchNorm2d(3, ghost_batch_size=2), lambda: img(4)),
         "GhostBatchNorm3d": (lambda: F.GhostBatchNorm3d(2, ghost_batch_size=2), vec(4, 2, 3, 4, 4)),

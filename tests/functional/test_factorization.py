@@ -10,7 +10,8 @@ from torch import nn
 
 import surgery
 from functional import FactorizedConv2d, FactorizedLinear, apply_factorization
-from functional.factorization import _one_cpu_thread
+from functional.factorization.solve import one_cpu_thread as _one_cpu_thread
+from tests.functional._hf_models import hf_model
 from tests.functional._model_checks import (
     assert_dtype,
     assert_idempotent,
@@ -44,16 +45,47 @@ def test_linear_is_the_best_rank_r_approximation():
     torch.testing.assert_close(fact.module0.weight.norm(dim=1), fact.module1.weight.norm(dim=0))
 
 
-def test_full_rank_is_exact():
+def _low_rank_(weight: torch.Tensor, rank: int) -> None:
+    """Overwrite ``weight`` (out, ...) with a random matrix of rank ``rank``, same shape."""
+    g = torch.Generator().manual_seed(rank)
+    flat = weight.reshape(weight.shape[0], -1)
+    left, right = (
+        torch.randn(flat.shape[0], rank, generator=g),
+        torch.randn(rank, flat.shape[1], generator=g),
+    )
+    with torch.no_grad():
+        weight.copy_((left @ right).reshape(weight.shape))
+
+
+def test_a_layer_of_rank_r_is_exact_at_rank_r():
     lin = nn.Linear(12, 20)
-    fact = FactorizedLinear.from_linear(lin, latent_features=12)
+    _low_rank_(lin.weight, 3)
+    fact = FactorizedLinear.from_linear(lin, latent_features=3)
     x = torch.randn(3, 12)
-    torch.testing.assert_close(fact(x), lin(x), rtol=1e-5, atol=1e-5)
-    assert fact.approximation_error == pytest.approx(0.0, abs=1e-6)
+    torch.testing.assert_close(fact(x), lin(x), rtol=1e-4, atol=1e-4)
+    assert fact.approximation_error == pytest.approx(0.0, abs=1e-5)
     conv = nn.Conv2d(4, 16, 3, stride=2, padding=2, dilation=2, padding_mode="reflect")
-    fconv = FactorizedConv2d.from_conv2d(conv, latent_channels=16)
+    _low_rank_(conv.weight, 4)
+    fconv = FactorizedConv2d.from_conv2d(conv, latent_channels=4)
     img = torch.randn(2, 4, 9, 10)
-    torch.testing.assert_close(fconv(img), conv(img), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(fconv(img), conv(img), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: FactorizedLinear(12, 20, latent_features=8), "latent_features must be <= 7"),
+        (lambda: FactorizedLinear(10, 10, latent_features=0.5), "saves no multiply-adds"),
+        (lambda: FactorizedConv2d(8, 8, 1, latent_channels=4), "1x1 convolution 8 -> 8"),
+        (lambda: FactorizedConv2d.from_conv2d(nn.Conv2d(4, 16, 3), latent_channels=12), "<= 11"),
+    ],
+)
+def test_a_rank_that_saves_no_compute_is_refused(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+    assert FactorizedLinear.max_allowed_latent_features(12, 20) == 7
+    assert FactorizedConv2d.max_allowed_latent_channels(4, 16, 3) == 11
+    assert FactorizedConv2d(4, 16, 3, latent_channels=11).rank == 11
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -214,3 +246,29 @@ def test_meta_device_builds_shapes_without_decomposing():
     assert all(p.is_meta for p in model.parameters())
     out = model(torch.empty(2, 32, 4, 4, device="meta"))
     assert out.shape == (2, 64) and out.is_meta
+
+
+def test_tied_lm_head_stays_dense_and_tied_with_a_warning():
+    """Issue 32 §3: GPT-2's lm_head shares the token embedding's matrix; factorizing it would
+    untie them silently."""
+    gpt2 = hf_model("gpt2")
+    wte = gpt2.transformer.wte.weight
+    with pytest.warns(surgery.NoEffectWarning) as caught:
+        apply_factorization(gpt2, min_features=16, latent_features=4)
+    messages = [str(w.message) for w in caught]
+    assert any("lm_head (weight tied to transformer.wte)" in m for m in messages), messages
+    assert any("neither tied to another module" in m for m in messages), messages
+    assert type(gpt2.lm_head) is nn.Linear and gpt2.lm_head.weight is wte
+
+
+def test_t5_feed_forward_output_stays_dense_and_t5_still_runs():
+    """Issue 32 §3: T5's feed-forward forward reads ``wo.weight``; that layer stays dense (named
+    in the warning), the other linears are factorized and the model runs."""
+    t5 = hf_model("t5")
+    ids = torch.randint(0, 40, (2, 6), generator=torch.Generator().manual_seed(0))
+    with pytest.warns(surgery.NoEffectWarning, match=r"DenseReluDense.wo \(T5DenseActDense"):
+        apply_factorization(t5, min_features=16, latent_features=4)
+    factorized = {n for n, m in t5.named_modules() if isinstance(m, FactorizedLinear)}
+    assert "encoder.block.0.layer.1.DenseReluDense.wi" in factorized
+    assert not any(n.endswith(".wo") for n in factorized) and "lm_head" not in factorized
+    assert t5(input_ids=ids, decoder_input_ids=ids).logits.shape == (2, 6, 40)

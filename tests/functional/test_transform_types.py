@@ -70,6 +70,7 @@ SNIPPET = textwrap.dedent(
     net = F.apply_factorization(net)
     net = F.apply_gated_linear_units(net)
     net = F.apply_ghost_batchnorm(net)
+    net = F.apply_gyro_dropout(net, 100, 10)
     net = F.apply_low_precision_groupnorm(net, torch.bfloat16)
     net = F.apply_low_precision_layernorm(net, torch.bfloat16)
     net = F.apply_se(net)
