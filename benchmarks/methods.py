@@ -10,7 +10,8 @@ cost is within this machine's noise, and the methods index says "≈0 (within no
   what a loop does per batch (its batch op, forward, loss, backward, the optimizer step and its
   per-step helper). Batched augmentations start from a uint8 batch, as after a loader.
 - Language: a GPT-2 from a ``transformers`` config (2 layers, width 128, 4 heads), batch 8 of
-  128 byte tokens, AdamW.
+  128 byte tokens, AdamW (GPT-2's dropout layers at their default rate 0.1, so gyro dropout
+  is timed against plain dropout).
 
 One CPU thread, as ``benchmarks.models`` does, and process CPU time rather than wall time (as
 the demo's study measures): on a machine shared with other jobs, wall time counts the waits for a
@@ -310,6 +311,9 @@ def _language(quick: bool) -> Table:
             lambda m: F.apply_alibi(m, max_sequence_length=length)
         ),
         "gated linear units": _quiet(F.apply_gated_linear_units),
+        "gyro dropout (p=0.1, sigma=256, tau=16)": _quiet(
+            lambda m: F.apply_gyro_dropout(m, iters_per_epoch=100, max_epoch=10, p=0.1)
+        ),
     }
     candidates: dict[str, Step] = {"none (the plain step)": _lm_step(copy.deepcopy(base), full)}
     candidates["sequence-length warmup (half length, its first steps)"] = _lm_step(
