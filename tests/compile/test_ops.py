@@ -136,6 +136,18 @@ def test_mixup_compiled_equals_eager(lam) -> None:
     )
 
 
+def _mixup_alpha(x, y, alpha):
+    return F.mixup_batch(x, y, n_classes=N_CLASSES, alpha=alpha)
+
+
+def test_mixup_alpha_form_reads_nothing_compiles_at_most_twice_and_equals_eager() -> None:
+    x, y = _images(), _labels()
+    with no_host_reads():
+        F.mixup_batch(x, y, n_classes=N_CLASSES, alpha=0.2, generator=_gen())
+    _at_most_two_graphs(_mixup_alpha, [(x, y, a) for a in (0.2, 0.4, 1.0, 3.0)])
+    _compiled_equals_eager(_mixup_alpha, (x, y, 0.7))
+
+
 def test_gen_interpolation_lambda_per_sample_compiles_once_and_equals_eager() -> None:
     def draw(alpha):
         return F.gen_interpolation_lambda(alpha, batch_size=6)
