@@ -381,20 +381,21 @@ def test_select_using_loss_reads_nothing_compiles_once_and_equals_eager(loss_fun
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("truncate", [True, False])
-def test_seq_length_warmup_reads_nothing_compiles_once_and_equals_eager(truncate) -> None:
+@pytest.mark.parametrize("truncate,preserve", [(True, False), (False, False), (True, True)])
+def test_seq_length_warmup_reads_nothing_compiles_once_and_equals_eager(truncate, preserve) -> None:
     def batch(seed):
         g = _gen(seed)
         return {
             "input_ids": torch.randint(0, 100, (2, 12), generator=g),
-            "attention_mask": torch.ones(2, 12, dtype=torch.long),
+            # random right padding: the end-of-sequence position changes every call
+            "attention_mask": (torch.arange(12) < torch.randint(1, 13, (2, 1), generator=g)).long(),
         }
 
     with no_host_reads():
-        F.apply_seq_length_warmup(batch(0), 4, truncate)
+        F.apply_seq_length_warmup(batch(0), 4, truncate, preserve_end_of_sequence=preserve)
 
     def fn(b):
-        return F.apply_seq_length_warmup(b, 4, truncate)
+        return F.apply_seq_length_warmup(b, 4, truncate, preserve_end_of_sequence=preserve)
 
     results = assert_compiles_once(fn, [((batch(s),), {}) for s in range(3)])
     for s, got in enumerate(results):

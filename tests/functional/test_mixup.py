@@ -224,7 +224,9 @@ def test_mixup_alpha_draws_folded_beta_then_permutation() -> None:
 @given(alpha=st.floats(0.01, 20.0), seed=st.integers(0, 2**16))
 def test_mixup_alpha_keeps_each_sample_the_main_part(alpha, seed) -> None:
     y = torch.arange(4)
-    _, y_mix, perm = F.mixup_batch(torch.zeros(4, 2), y, n_classes=4, alpha=alpha, generator=_gen(seed))
+    _, y_mix, perm = F.mixup_batch(
+        torch.zeros(4, 2), y, n_classes=4, alpha=alpha, generator=_gen(seed)
+    )
     own = y_mix[torch.arange(4), y]
     moved = perm != torch.arange(4)
     assert bool((own[moved] >= 0.5).all()) and bool((own <= 1).all())
