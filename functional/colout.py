@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 from functional._args import check_generator, check_in_range, check_ndim
-from functional._batch import gather_rows_cols, random_device
+from functional._batch import array_as_pil, gather_rows_cols, random_device
 from functional._numeric import sym_floor
 
 __all__ = ["colout", "colout_batch"]
@@ -41,15 +41,7 @@ def _select(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Te
 def _select_pil(img: Image.Image, rows: torch.Tensor, cols: torch.Tensor) -> Image.Image:
     """Deterministic core for PIL images: the same selection, in the image's own mode."""
     array = np.asarray(img)
-    kept = np.ascontiguousarray(array[rows.numpy()][:, cols.numpy()])
-    if img.mode == "1":  # NumPy sees bools; PIL stores bits
-        out = Image.fromarray(kept)
-    else:
-        out = Image.frombytes(img.mode, (kept.shape[1], kept.shape[0]), kept.tobytes())
-    if img.palette is not None:
-        out.putpalette(img.palette)
-    out.info.update(img.info)
-    return out
+    return array_as_pil(array[rows.numpy()][:, cols.numpy()], img)
 
 
 def colout(

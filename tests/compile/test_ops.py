@@ -208,13 +208,13 @@ def test_cutmix_compiled_equals_eager() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("per_sample", [False, True])
-def test_cutout_reads_nothing_and_compiles_once(per_sample) -> None:
+@pytest.mark.parametrize("per_sample,uniform", [(False, False), (True, False), (True, True)])
+def test_cutout_reads_nothing_and_compiles_once(per_sample, uniform) -> None:
     x = _images()
     with no_host_reads():
-        F.cutout(x, 2, 3, per_sample=per_sample, generator=_gen())
-        F.cutout(x[0], 1, 0.5, per_sample=per_sample, generator=_gen())
-    fn = lambda x: F.cutout(x, 2, 3, per_sample=per_sample)  # noqa: E731
+        F.cutout(x, 2, 3, per_sample=per_sample, uniform_sampling=uniform, generator=_gen())
+        F.cutout(x[0], 1, 0.5, per_sample=per_sample, uniform_sampling=uniform, generator=_gen())
+    fn = lambda x: F.cutout(x, 2, 3, per_sample=per_sample, uniform_sampling=uniform)  # noqa: E731
     results = assert_compiles_once(fn, [((x,), {})] * 4)
     assert (
         len({int((r == 0).sum()) for r in results} | {r.flatten().argmin().item() for r in results})
@@ -222,7 +222,7 @@ def test_cutout_reads_nothing_and_compiles_once(per_sample) -> None:
     )
     _compiled_equals_eager(fn, (x,))
     if per_sample:
-        return  # the side is computed the same way in both modes (and compiles are slow)
+        return  # the side is computed the same way in every mode (and compiles are slow)
     # a fractional length that keeps the side (0.4·7 and 0.42·7 both floor to 2 pixels)
     _at_most_two_graphs(
         lambda x, f: F.cutout(x, 1, f, per_sample=per_sample),

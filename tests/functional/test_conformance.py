@@ -103,6 +103,11 @@ CASES = [
         lambda x, g: F.cutout(x, 2, 3, per_sample=True, generator=g),
         min_side=2,
     ),
+    OpCase(
+        "cutout_uniform_sampling",
+        lambda x, g: F.cutout(x, 2, 3, per_sample=True, uniform_sampling=True, generator=g),
+        min_side=2,
+    ),
     OpCase("colout", lambda x, g: F.colout(x[0], 0.3, 0.4, generator=g), empty=False),
     OpCase("colout_batch", lambda x, g: F.colout_batch(x, 0.3, 0.4, generator=g), per_sample=True),
     OpCase("blur_2d", lambda x, g: F.blur_2d(x), per_sample=True),
