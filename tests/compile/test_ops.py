@@ -195,6 +195,19 @@ def test_cutmix_compiles_once_over_new_boxes_and_alphas() -> None:
     assert_compiles_once(lambda x, y, b: F.cutmix_batch(x, y, N_CLASSES, bbox=b), boxes)
 
 
+@pytest.mark.parametrize("length", [None, 0.5])
+def test_cutmix_length_and_uniform_sampling_read_nothing_and_compile_once(length) -> None:
+    x, y = _images(), _labels()
+    with no_host_reads():
+        F.cutmix_batch(x, y, N_CLASSES, length=length, uniform_sampling=True, generator=_gen())
+
+    def fn(x, y):
+        return F.cutmix_batch(x, y, N_CLASSES, length=length, uniform_sampling=True)
+
+    assert_compiles_once(fn, [((x, y), {})] * 3)
+    _compiled_equals_eager(fn, (x, y))
+
+
 def test_cutmix_compiled_equals_eager() -> None:
     _compiled_equals_eager(_cutmix, (_images(), _labels()))
     _compiled_equals_eager(
