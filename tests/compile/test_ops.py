@@ -263,6 +263,19 @@ def test_colout_reads_nothing_and_compiles_once() -> None:
     _compiled_equals_eager(fn, (x,))
 
 
+def test_colout_pair_reads_nothing_compiles_once_and_equals_eager() -> None:
+    x = _images()
+    masks = (x[:, 0] > 0.5).long()
+    with no_host_reads():
+        F.colout_batch((x, masks), 0.25, 0.3, generator=_gen())
+
+    def fn(x, m):
+        return F.colout_batch((x, m), 0.25, 0.3)
+
+    assert_compiles_once(fn, [((x, masks), {})] * 3)
+    _compiled_equals_eager(fn, (x, masks))
+
+
 def test_colout_recompiles_only_when_the_output_shape_changes() -> None:
     x = _images()
     fn = lambda x, p: F.colout_batch(x, p, 0.0)  # noqa: E731
