@@ -349,6 +349,21 @@ def test_resize_recompiles_only_when_the_output_size_changes() -> None:
     assert _graphs(fn) == graphs + 1
 
 
+@pytest.mark.parametrize("mode", ["resize", "crop"])
+def test_resize_targets_of_another_size_read_nothing_compile_once_and_equal_eager(mode) -> None:
+    x = _images(shape=(3, 12, 10))
+    y = torch.randint(0, N_CLASSES, (4, 6, 5))  # half resolution
+    with no_host_reads():
+        F.resize_inputs(x, y, 0.5, mode, resize_targets=True, generator=_gen())
+
+    def fn(x, y):
+        return F.resize_inputs(x, y, 0.5, mode, resize_targets=True)
+
+    results = assert_compiles_once(fn, [((x, y), {})] * 3)
+    assert all(r[1].shape == (4, 3, 2) for r in results)
+    _compiled_equals_eager(fn, (x, y))
+
+
 def test_resize_crop_compiles_once_over_new_offsets_and_equals_eager() -> None:
     x = _images(shape=(3, 10, 9)).to(memory_format=torch.channels_last)
     y = torch.randint(0, N_CLASSES, (4, 10, 9))
