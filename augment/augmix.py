@@ -27,7 +27,7 @@ from PIL import Image
 
 from augment._args import check_alpha, check_depth, check_int, check_rng, check_severity
 from augment._base import SetTransform, resolve_set, set_repr
-from augment._images import ImageLike, as_pil, from_array, pixels
+from augment._images import ImageLike, as_pil, from_array, map_images, pixels
 from augment._ops import Kernel, kernels_of
 from augment._random import RngLike, beta, call_source, dirichlet
 from augment.primitives import augmentation_sets
@@ -90,8 +90,11 @@ def augment_and_mix(
         \alpha)
 
     Args:
-        img: an 'RGB' or 'L' PIL image of any size, or a (C, H, W) ``torch.uint8`` tensor
-            (C = 3 or 1); the result is of the same kind, size and mode (tensor: same device).
+        img: an 'RGB' or 'L' PIL image of any size, or a (C, H, W) tensor (C = 3 or 1) of
+            ``torch.uint8`` or of float16/32/64 with values in [0, 1] (Composer's
+            ``augmix_image``: the levels ``round(255·x)`` are augmented and come back as
+            ``level / 255``), or an (N, C, H, W) batch of such tensors, each image augmented in
+            turn; the result is of the same kind, size, mode, dtype and device.
         severity: strength in [0, 10] (the Composer seed's range); each operation's level is
             drawn uniformly from ``[min(0.1, severity), severity]``. 0 leaves the geometric
             operations and solarize without effect, but not the level-free ones (autocontrast,
@@ -116,7 +119,8 @@ def augment_and_mix(
     Raises:
         ValueError: severity outside [0, 10], width < 1, depth neither -1 nor >= 1,
             alpha <= 0, an unknown set name, or an unsupported image mode or tensor shape.
-        TypeError: an image that is neither a PIL image nor a uint8 tensor, or a bad ``rng``.
+        TypeError: an image that is neither a PIL image nor a uint8 or float tensor, or a bad
+            ``rng``.
 
     Example:
         >>> import random
@@ -127,6 +131,11 @@ def augment_and_mix(
         ((48, 32), 'RGB')
         >>> out == augment_and_mix(img, severity=3, width=3, rng=random.Random(0))
         True
+        >>> import torch
+        >>> x = torch.rand(3, 32, 48, dtype=torch.float16)  # a float tensor in [0, 1]
+        >>> y = augment_and_mix(x, rng=random.Random(0))
+        >>> y.dtype, y.shape, bool(((y >= 0) & (y <= 1)).all())
+        (torch.float16, torch.Size([3, 32, 48]), True)
 
     Reference:
         Hendrycks et al., "AugMix: A Simple Data Processing Method to Improve Robustness and
@@ -138,9 +147,13 @@ def augment_and_mix(
     wd = check_int(width, "width", minimum=1)
     a = check_alpha(alpha)
     check_rng(rng)
-    pil, kind = as_pil(img)
-    arr = _augmix_array(pil, sev, d, wd, a, kernels_of(ops), call_source(rng))
-    return from_array(arr, kind)
+    kernels, src = kernels_of(ops), call_source(rng)
+
+    def one(image: ImageLike) -> ImageLike:
+        pil, kind = as_pil(image, allow_float=True)
+        return from_array(_augmix_array(pil, sev, d, wd, a, kernels, src), kind)
+
+    return map_images(one, img)
 
 
 class AugMix(SetTransform):

@@ -19,7 +19,7 @@ from PIL import Image
 
 from augment._args import RANDAUGMENT_MIN_SEVERITY, check_depth, check_rng, check_severity
 from augment._base import SetTransform, resolve_set, set_repr
-from augment._images import ImageLike, as_pil, from_pil
+from augment._images import ImageLike, as_pil, from_pil, map_images
 from augment._ops import Kernel, kernels_of
 from augment._random import RngLike, call_source
 from augment.primitives import augmentation_sets
@@ -53,8 +53,11 @@ def randaugment(
     """Apply RandAugment to one image: ``depth`` random operations at level ``severity``.
 
     Args:
-        img: an 'RGB' or 'L' PIL image of any size, or a (C, H, W) ``torch.uint8`` tensor
-            (C = 3 or 1); the result is of the same kind, size and mode (tensor: same device).
+        img: an 'RGB' or 'L' PIL image of any size, or a (C, H, W) tensor (C = 3 or 1) of
+            ``torch.uint8`` or of float16/32/64 with values in [0, 1] (Composer's
+            ``randaugment_image``: the levels ``round(255·x)`` are augmented and come back as
+            ``level / 255``), or an (N, C, H, W) batch of such tensors, each image augmented in
+            turn; the result is of the same kind, size, mode, dtype and device.
         severity: the magnitude, in [1, 10], applied to every operation (the paper's
             :math:`M`; the Composer seed's range; a float is accepted, not only an int).
         depth: number of operations, ``>= 0`` (0 returns a copy).
@@ -70,7 +73,8 @@ def randaugment(
     Raises:
         ValueError: severity outside [1, 10], depth < 0, an unknown set name, or an unsupported
             image mode or tensor shape.
-        TypeError: an image that is neither a PIL image nor a uint8 tensor, or a bad ``rng``.
+        TypeError: an image that is neither a PIL image nor a uint8 or float tensor, or a bad
+            ``rng``.
 
     Example:
         >>> import random
@@ -79,6 +83,10 @@ def randaugment(
         >>> out = randaugment(img, severity=9, depth=2, rng=random.Random(0))
         >>> out.size, out.mode
         ((48, 32), 'L')
+        >>> import torch
+        >>> batch = torch.rand(2, 3, 32, 48, dtype=torch.float64)  # each image in turn
+        >>> randaugment(batch, rng=random.Random(0)).dtype
+        torch.float64
 
     Reference:
         Cubuk et al., "RandAugment: Practical automated data augmentation with a reduced search
@@ -88,8 +96,13 @@ def randaugment(
     sev = check_severity(severity, minimum=RANDAUGMENT_MIN_SEVERITY)
     d = check_depth(depth, allow_random=False)
     check_rng(rng)
-    pil, kind = as_pil(img)
-    return from_pil(_randaugment_pil(pil, sev, d, kernels_of(ops), call_source(rng)), kind)
+    kernels, src = kernels_of(ops), call_source(rng)
+
+    def one(image: ImageLike) -> ImageLike:
+        pil, kind = as_pil(image, allow_float=True)
+        return from_pil(_randaugment_pil(pil, sev, d, kernels, src), kind)
+
+    return map_images(one, img)
 
 
 class RandAugment(SetTransform):

@@ -10,12 +10,15 @@ reads a device value on the host.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+from PIL import Image
 
 from functional._args import check_tensor
 from functional._values import check_class_indices
 
 __all__ = [
+    "array_as_pil",
     "dense_labels",
     "gather_rows_cols",
     "memory_format_of",
@@ -70,6 +73,20 @@ def sample_beta(
     log_uniform = torch.log1p(-uniform)  # 1 - U lies in (0, 1]: finite
     logit = (log_gamma[0] - log_gamma[1]) + (log_uniform[0] - log_uniform[1]) * (1.0 / alpha)
     return torch.sigmoid(logit)
+
+
+def array_as_pil(array: np.ndarray, like: Image.Image) -> Image.Image:
+    """The pixel ``array`` (``np.asarray`` of an image, possibly resized or edited) as a PIL
+    image of ``like``'s mode, palette and info (any mode: bit-packed '1' included)."""
+    array = np.ascontiguousarray(array)
+    if like.mode == "1":  # NumPy sees bools; PIL stores bits
+        out = Image.fromarray(array)
+    else:
+        out = Image.frombytes(like.mode, (array.shape[1], array.shape[0]), array.tobytes())
+    if like.palette is not None:
+        out.putpalette(like.palette)
+    out.info.update(like.info)
+    return out
 
 
 def memory_format_of(x: torch.Tensor) -> torch.memory_format:

@@ -13,35 +13,76 @@ from collections.abc import Sequence
 import torch
 
 from functional._args import (
+    check_bool,
     check_generator,
+    check_in_range,
     check_int,
     check_positive,
     check_same_batch,
     check_tensor,
 )
 from functional._batch import dense_labels, random_device, random_permutation, sample_beta
+from functional._numeric import sym_floor
 from functional._values import check_indices, check_values
 
 __all__ = ["cutmix_batch"]
 
 
-def _draw_bbox(
+def _sides_from_alpha(
     height: int, width: int, alpha: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Box sides ``floor(H·sqrt(1 - λ))``, ``floor(W·sqrt(1 - λ))``, ``λ ~ Beta(alpha, alpha)``:
+    int64 0-d tensors on the generator's device."""
+    ratio = torch.sqrt(1.0 - sample_beta(alpha, (), generator))
+    return torch.floor(height * ratio).long(), torch.floor(width * ratio).long()
+
+
+def _sides_from_length(
+    height: int, width: int, length: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Composer's fixed box: sides ``int(length·H)`` and ``int(length·W)`` as 0-d tensors."""
+    device = random_device(generator)
+    cut_h = torch.full((), sym_floor(length * height), dtype=torch.long, device=device)
+    cut_w = torch.full((), sym_floor(length * width), dtype=torch.long, device=device)
+    return cut_h, cut_w
+
+
+def _draw_start(
+    size: int, cut: torch.Tensor, uniform: bool, generator: torch.Generator | None
 ) -> torch.Tensor:
-    """A box ``(x1, y1, x2, y2)`` (int64, on the generator's device) of area about
-    ``(1 - λ)·H·W``, ``λ ~ Beta(alpha, alpha)``, centred uniformly, clipped to the image.
+    """The box's first row (or column) along an axis of ``size`` pixels for a side ``cut``.
+
+    By default the centre is uniform over the pixels (the paper's sampling). ``uniform``:
+    the start is uniform over the ``size + cut - 1`` positions where the box overlaps the
+    image, so every pixel is equally likely to be pasted (Composer's ``uniform_sampling``).
+    Tensors throughout: no value is read on the host.
+    """
+    device = random_device(generator)
+    if not uniform:
+        centre = torch.randint(0, size, (), generator=generator, device=device)
+        return centre - cut // 2
+    positions = (size + cut - 1).clamp(min=1)
+    u = torch.rand((), dtype=torch.float64, generator=generator, device=device)
+    offset = torch.minimum(torch.floor(u * positions).long(), positions - 1)
+    return offset + 1 - cut
+
+
+def _draw_bbox(
+    height: int,
+    width: int,
+    sides: tuple[torch.Tensor, torch.Tensor],
+    uniform: bool,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """A box ``(x1, y1, x2, y2)`` (int64, on the generator's device) of sides ``sides``
+    (rows, columns), placed by :func:`_draw_start` and clipped to the image.
 
     Everything stays a tensor: no value is read on the host, so the box can change every step
     without a synchronisation or a recompile.
     """
-    lam = sample_beta(alpha, (), generator)
-    ratio = torch.sqrt(1.0 - lam)
-    cut_h = torch.floor(height * ratio).long()
-    cut_w = torch.floor(width * ratio).long()
-    device = random_device(generator)
-    cy = torch.randint(0, height, (), generator=generator, device=device)
-    cx = torch.randint(0, width, (), generator=generator, device=device)
-    y1, x1 = cy - cut_h // 2, cx - cut_w // 2
+    cut_h, cut_w = sides
+    y1 = _draw_start(height, cut_h, uniform, generator)
+    x1 = _draw_start(width, cut_w, uniform, generator)
     return _clip(torch.stack([x1, y1, x1 + cut_w, y1 + cut_h]), height, width)
 
 
@@ -178,6 +219,8 @@ def cutmix_batch(
     alpha: float = 1.0,
     indices: torch.Tensor | None = None,
     bbox: tuple[int, int, int, int] | None = None,
+    length: float | None = None,
+    uniform_sampling: bool = False,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     r"""Replace a box of every image with the same box of a partner image (CutMix).
@@ -191,9 +234,15 @@ def cutmix_batch(
         \tilde x_i = M \odot x_{\pi(i)} + (1 - M) \odot x_i, \qquad
         \tilde y_i = (1 - a)\, e_{y_i} + a\, e_{y_{\pi(i)}}
 
-    with :math:`M` the box mask and :math:`e_c` the one-hot vector of class :math:`c`. (Labels
-    are weighted by the clipped box, unlike Composer's ``length`` option, which weights them by
-    the nominal box.)
+    with :math:`M` the box mask and :math:`e_c` the one-hot vector of class :math:`c`.
+
+    Composer's two options: ``length`` fixes the box instead of drawing it from λ, at
+    :math:`\lfloor \ell H\rfloor \times \lfloor \ell W\rfloor` pixels (what Composer's
+    docstring promises; its code derives a different side from that area); the labels are
+    still weighted by the clipped box. ``uniform_sampling=True`` places the box so that every
+    pixel is equally likely to be pasted: its top-left corner is uniform over the positions
+    where it overlaps the image (the default centre sampling, the paper's, pastes the border
+    less often).
 
     Per-step friendly: the box is drawn as tensors and applied as a mask from comparisons with
     ``arange``, so no value is read on the host, and under ``torch.compile(fullgraph=True)``
@@ -205,13 +254,18 @@ def cutmix_batch(
         x: images ``(B, ..., H, W)``, any dtype.
         y: class indices ``(B,)`` or dense labels ``(B, n_classes)``.
         n_classes: number of classes (``>= 1``).
-        alpha: Beta concentration for the box area (``> 0``); ignored when ``bbox`` is given.
+        alpha: Beta concentration for the box area (``> 0``); ignored when ``bbox`` or
+            ``length`` is given.
         indices: the partner of each sample, ``(B,)`` integers in ``[0, B)``; a random
             permutation from ``generator`` when ``None``.
         bbox: a fixed box ``(x1, y1, x2, y2)`` = (left, top, right, bottom) in pixels,
             half-open, ``x`` along the width; clipped to the image. Four ints (constants of a
             compiled graph), four 0-d integer tensors or a ``(4,)`` integer tensor (graph
-            inputs: a new box does not recompile).
+            inputs: a new box does not recompile). Not with ``length``.
+        length: a fixed box side as a fraction of the image, in ``[0, 1]``: the box is
+            ``int(length·H) x int(length·W)``, placed at random (Composer's ``length``).
+        uniform_sampling: place a drawn box so that every pixel is equally likely to be
+            pasted (Composer's ``uniform_sampling``); no effect with ``bbox``.
         generator: source of randomness for the permutation and the box.
 
     Returns:
@@ -242,6 +296,14 @@ def cutmix_batch(
     check_same_batch(x, y, "x", "y")
     n_classes = check_int(n_classes, "n_classes", minimum=1)
     alpha = check_positive(alpha, "alpha")
+    uniform = bool(check_bool(uniform_sampling, "uniform_sampling"))
+    if length is not None:
+        if bbox is not None:
+            raise ValueError(
+                f"cutmix_batch takes bbox (a fixed box) or length (a fixed side, random place), "
+                f"not both; got bbox={bbox!r} and length={length!r}"
+            )
+        length = check_in_range(length, "length", 0.0, 1.0)
     check_generator(generator)
     batch, height, width = x.shape[0], x.shape[-2], x.shape[-1]
     if height == 0 or width == 0:
@@ -252,7 +314,12 @@ def cutmix_batch(
     else:
         perm = check_indices(indices, batch).to(x.device, non_blocking=True)
     if bbox is None:
-        box = _draw_bbox(height, width, alpha, generator)
+        sides = (
+            _sides_from_alpha(height, width, alpha, generator)
+            if length is None
+            else _sides_from_length(height, width, length, generator)
+        )
+        box = _draw_bbox(height, width, sides, uniform, generator)
     else:
         box = _check_bbox(bbox, height, width)
     if (

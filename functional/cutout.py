@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
 import torch
+from PIL import Image
 
 from functional._args import check_bool, check_generator, check_int, check_ndim
-from functional._batch import random_device
+from functional._batch import array_as_pil, random_device
 from functional._numeric import sym_floor
 
 __all__ = ["cutout"]
@@ -44,16 +46,29 @@ def _hole_side(length: object, height: int, width: int) -> int:
 
 
 def _draw_boxes(
-    shape: tuple[int, ...], side: int, height: int, width: int, generator: torch.Generator | None
+    shape: tuple[int, ...],
+    side: int,
+    height: int,
+    width: int,
+    generator: torch.Generator | None,
+    *,
+    uniform: bool = False,
 ) -> torch.Tensor:
     """Holes ``(..., 4)`` as clipped ``(x1, y1, x2, y2)``, centres uniform over the pixels.
 
-    Drawn on the generator's device; nothing is read on the host.
+    ``uniform=True`` draws the top-left corner uniformly from ``[1 - side, H - 1]`` (and
+    likewise along the width) instead: every pixel is then covered by exactly ``side`` of the
+    ``H + side - 1`` positions, so all pixels are equally likely to be cut, and no hole falls
+    wholly outside. Drawn on the generator's device; nothing is read on the host.
     """
     device = random_device(generator)
-    cy = torch.randint(0, height, shape, generator=generator, device=device)
-    cx = torch.randint(0, width, shape, generator=generator, device=device)
-    y1, x1 = cy - side // 2, cx - side // 2
+    if uniform:
+        y1 = torch.randint(1 - side, height, shape, generator=generator, device=device)
+        x1 = torch.randint(1 - side, width, shape, generator=generator, device=device)
+    else:
+        cy = torch.randint(0, height, shape, generator=generator, device=device)
+        cx = torch.randint(0, width, shape, generator=generator, device=device)
+        y1, x1 = cy - side // 2, cx - side // 2
     boxes = torch.stack([x1, y1, x1 + side, y1 + side], dim=-1)
     # built on the CPU and moved without waiting: torch.tensor(..., device=cuda) would sync
     limit = torch.tensor([width, height, width, height]).to(device, non_blocking=True)
@@ -88,20 +103,44 @@ def _apply_holes(x: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, torch.zeros((), dtype=x.dtype, device=x.device), x)
 
 
+def _cutout_pil(
+    img: Image.Image, n_holes: int, length: object, uniform: bool, generator: torch.Generator | None
+) -> Image.Image:
+    """Cutout of one PIL image, in its own mode (holes set to 0 in every band)."""
+    side = _hole_side(length, img.height, img.width)
+    if img.height == 0 or img.width == 0:
+        return img.copy()
+    boxes = _draw_boxes((n_holes,), side, img.height, img.width, generator, uniform=uniform)
+    mask = _hole_mask(boxes.cpu(), img.height, img.width, torch.device("cpu")).numpy()
+    array = np.array(img)
+    array[mask] = 0
+    return array_as_pil(array, img)
+
+
 def cutout(
-    X: torch.Tensor,
-    n_holes: int,
-    length: int | float,
+    X: torch.Tensor | Image.Image,
+    n_holes: int = 1,
+    length: int | float = 0.5,
     *,
     per_sample: bool = False,
+    uniform_sampling: bool = False,
     generator: torch.Generator | None = None,
-) -> torch.Tensor:
+) -> torch.Tensor | Image.Image:
     r"""Zero ``n_holes`` square holes in every channel of the images (Cutout).
 
     Each hole has side ``length`` pixels (an int) or ``int(length · min(H, W))`` pixels (a float
     in ``(0, 1)``); its centre is uniform over the pixels and the part outside the image is
     clipped, so holes near the border are smaller. Holes may overlap. By default one set of
     holes is drawn for the whole batch; ``per_sample=True`` draws a set for every image.
+
+    ``uniform_sampling=True`` (Composer's option) draws each hole so that every pixel is
+    equally likely to be covered: the hole's top-left corner is uniform over the
+    ``H + side - 1`` rows (and ``W + side - 1`` columns) from which it still overlaps the
+    image, and the hole is clipped at the border. The default, a centre uniform over the
+    pixels, covers the border less often (the paper's sampling).
+
+    ``X`` may also be a PIL image (any mode): the holes are set to 0 in every band and a PIL
+    image of the same mode and size comes back, as Composer's ``cutout_batch`` does.
 
     Per-step friendly: the holes are drawn as tensors and applied as a mask from comparisons
     with ``arange`` (no value read on the host, no data-dependent shape); under
@@ -115,15 +154,17 @@ def cutout(
         M = \mathbb 1\bigl[(h, w) \in \textstyle\bigcup_k \text{hole}_k\bigr]
 
     Args:
-        X: images ``(B, C, H, W)`` or a single image ``(C, H, W)``, any dtype.
+        X: images ``(B, C, H, W)``, a single image ``(C, H, W)``, any dtype, or a PIL image.
         n_holes: number of holes (``>= 1``).
         length: hole side, in pixels (an int from 1 to ``max(H, W)``) or as a fraction of
-            ``min(H, W)`` (a float in ``(0, 1)``).
+            ``min(H, W)`` (a float in ``(0, 1)``; Composer's default 0.5).
         per_sample: draw independent holes for every image of the batch.
+        uniform_sampling: draw the holes so that every pixel is equally likely to be covered.
         generator: source of randomness for the hole centres.
 
     Returns:
-        A new tensor like ``X`` (dtype, device, memory format) with the holes set to 0.
+        A new tensor like ``X`` (dtype, device, memory format) with the holes set to 0, or a
+        new PIL image of ``X``'s mode and size.
 
     Raises:
         ValueError: when ``length`` in pixels exceeds ``max(H, W)``: such holes blank most or
@@ -140,22 +181,28 @@ def cutout(
         >>> out = F.cutout(x, n_holes=1, length=4, generator=torch.Generator().manual_seed(0))
         >>> bool((out == 0).any()), int((out[0, 0] == 0).sum()) <= 16
         (True, True)
+        >>> from PIL import Image
+        >>> F.cutout(Image.new("RGB", (8, 6), (9, 9, 9)), 1, 4, uniform_sampling=True).size
+        (8, 6)
 
     Reference: DeVries and Taylor, *Improved Regularization of Convolutional Neural Networks
     with Cutout*, 2017.
     """
-    check_ndim(X, "X", (3, 4), "(B, C, H, W) or (C, H, W)")
     n_holes = check_int(n_holes, "n_holes", minimum=1)
     check_bool(per_sample, "per_sample")
+    uniform = bool(check_bool(uniform_sampling, "uniform_sampling"))
     check_generator(generator)
+    if isinstance(X, Image.Image):
+        return _cutout_pil(X, n_holes, length, uniform, generator)
+    check_ndim(X, "X", (3, 4), "(B, C, H, W) or (C, H, W), or a PIL image")
     height, width = X.shape[-2:]
     side = _hole_side(length, height, width)
     if height == 0 or width == 0:
         return X.clone()
     if per_sample and X.ndim == 4:
-        boxes = _draw_boxes((X.shape[0], n_holes), side, height, width, generator)
+        boxes = _draw_boxes((X.shape[0], n_holes), side, height, width, generator, uniform=uniform)
         if X.shape[0] == 0:
             return X.clone()
     else:
-        boxes = _draw_boxes((n_holes,), side, height, width, generator)
+        boxes = _draw_boxes((n_holes,), side, height, width, generator, uniform=uniform)
     return _apply_holes(X, boxes)

@@ -34,19 +34,53 @@ def _freeze_norm_statistics(module: nn.Module) -> None:
         module.register_forward_pre_hook(_keep_in_eval)
 
 
+def _progress(current_epoch: object, max_epochs: object, current_duration: object) -> float:
+    """Training progress from exactly one of the two forms: epochs, or Composer's duration."""
+    if current_duration is not None:
+        if current_epoch is not None or max_epochs is not None:
+            raise TypeError(
+                "freeze_layers takes either current_epoch and max_epochs (the epoch form) or "
+                "current_duration (Composer's fraction of training), not both; got "
+                f"current_epoch={current_epoch!r}, max_epochs={max_epochs!r}, "
+                f"current_duration={current_duration!r}"
+            )
+        return check_in_range(current_duration, "current_duration", 0.0, 1.0)
+    if max_epochs is None:
+        hint = (
+            f"; for a fraction of training pass current_duration={current_epoch!r}"
+            if isinstance(current_epoch, float)
+            else ""
+        )
+        raise TypeError(
+            "freeze_layers needs current_epoch and max_epochs (ints), or current_duration= "
+            f"(a float in [0, 1]); got current_epoch={current_epoch!r}, max_epochs=None{hint}"
+        )
+    max_epochs = check_int(max_epochs, "max_epochs", minimum=1)
+    current_epoch = check_int(current_epoch, "current_epoch", minimum=0)
+    if current_epoch > max_epochs:
+        raise ValueError(f"current_epoch must be <= max_epochs ({max_epochs}), got {current_epoch}")
+    return current_epoch / max_epochs
+
+
 def freeze_layers(
     model: nn.Module,
     optimizers: OptimizerArg,
-    current_epoch: int,
-    max_epochs: int,
+    current_epoch: int | None = None,
+    max_epochs: int | None = None,
     freeze_start: float = 0.5,
     freeze_level: float = 1.0,
     *,
+    current_duration: float | None = None,
     logger: object | None = None,
 ) -> tuple[int, float]:
     """Freeze the first layers of ``model``, more of them as training progresses, in place.
 
-    With ``progress = current_epoch / max_epochs``, the fraction of layers to freeze is
+    Progress comes in one of two forms: ``current_epoch / max_epochs`` (the epoch form), or
+    ``current_duration``, the fraction of training done (Composer's form,
+    ``freeze_layers(model, optimizers, current_duration=0.6)``). Give exactly one form: both,
+    or neither, is a ``TypeError`` (so is Composer's positional fraction
+    ``freeze_layers(model, opt, 0.6)``: pass it as ``current_duration=0.6``). With that
+    ``progress``, the fraction of layers to freeze is
 
     .. math::
         f = \\begin{cases} 0 & \\text{progress} \\le s \\\\
@@ -72,6 +106,8 @@ def freeze_layers(
         optimizers: the optimizer(s) holding the model's parameters (or ``None``).
         current_epoch: the number of epochs completed, ``0 <= current_epoch <= max_epochs``.
         max_epochs: the total number of epochs (>= 1).
+        current_duration: instead of the two above, the fraction of training done, in
+            ``[0, 1]`` (Composer's argument).
         freeze_start: the progress in [0, 1] at which freezing begins.
         freeze_level: the fraction in [0, 1] of layers frozen at the end of training.
         logger: accepted for portability from Composer's ``freeze_layers(..., logger)``.
@@ -95,6 +131,8 @@ def freeze_layers(
         (2, 0.5)
         >>> len(opt.param_groups[0]["params"]), model[0].weight.requires_grad
         (4, False)
+        >>> freeze_layers(model, opt, current_duration=1.0, freeze_start=0.5)  # Composer's form
+        (4, 1.0)
 
     Reference:
         Brock, Lim, Ritchie and Weston, "FreezeOut: Accelerate Training by Progressively
@@ -102,10 +140,7 @@ def freeze_layers(
     """
     check_module(model)
     opts = as_optimizer_list(optimizers)
-    max_epochs = check_int(max_epochs, "max_epochs", minimum=1)
-    current_epoch = check_int(current_epoch, "current_epoch", minimum=0)
-    if current_epoch > max_epochs:
-        raise ValueError(f"current_epoch must be <= max_epochs ({max_epochs}), got {current_epoch}")
+    progress = _progress(current_epoch, max_epochs, current_duration)
     freeze_start = check_in_range(freeze_start, "freeze_start", 0.0, 1.0)
     freeze_level = check_in_range(freeze_level, "freeze_level", 0.0, 1.0)
     if logger is not None and not callable(getattr(logger, "log_metrics", None)):
@@ -119,7 +154,7 @@ def freeze_layers(
         warn_no_effect("freeze_layers", "modules with parameters to freeze")
         _log(logger, 0, 0.0)
         return 0, 0.0
-    fraction = _freeze_fraction(current_epoch / max_epochs, freeze_start, freeze_level)
+    fraction = _freeze_fraction(progress, freeze_start, freeze_level)
     n_frozen = min(len(layers), int(fraction * len(layers) + _ROUNDING_SLACK))
     frozen = []
     for layer in layers[:n_frozen]:

@@ -134,13 +134,44 @@ def _mix_labels(
     return partner.lerp_(dense, _weight(lam, partner))
 
 
+def _draw_folded_lambda(alpha: object, generator: torch.Generator | None) -> torch.Tensor:
+    """Composer's draw: ``min(z, 1 - z)``, ``z ~ Beta(alpha, alpha)`` (0 for ``alpha = 0``),
+    a float64 0-d tensor on the generator's device; nothing is read on the host."""
+    alpha = check_positive(alpha, "alpha", allow_zero=True)
+    if alpha == 0.0:
+        return torch.zeros((), dtype=torch.float64, device=random_device(generator))
+    z = sample_beta(alpha, (), generator)
+    return torch.minimum(z, 1.0 - z)
+
+
+def _resolve_lambda(
+    interpolation_lambda: object, alpha: object, generator: torch.Generator | None, batch: int
+) -> float | torch.Tensor:
+    """The λ to mix with: exactly one of ``interpolation_lambda`` (given) and ``alpha`` (draw)."""
+    if interpolation_lambda is not None and alpha is not None:
+        raise ValueError(
+            "mixup_batch takes either interpolation_lambda (a fixed λ) or alpha (draw λ from "
+            f"Beta(alpha, alpha)), not both; got interpolation_lambda={interpolation_lambda!r} "
+            f"and alpha={alpha!r}"
+        )
+    if interpolation_lambda is None and alpha is None:
+        raise ValueError(
+            "mixup_batch needs interpolation_lambda (a fixed λ in [0, 1]) or alpha (draw λ "
+            "from Beta(alpha, alpha), as Composer's mixup_batch(..., alpha=0.2) does); got neither"
+        )
+    if alpha is not None:
+        return _draw_folded_lambda(alpha, generator)
+    return _check_lambda(interpolation_lambda, batch)
+
+
 def mixup_batch(
     x: torch.Tensor,
     y: torch.Tensor,
-    interpolation_lambda: float | torch.Tensor,
-    n_classes: int,
+    interpolation_lambda: float | torch.Tensor | None = None,
+    n_classes: int | None = None,
     indices: torch.Tensor | None = None,
     *,
+    alpha: float | None = None,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     r"""Mix every sample with a partner from the same batch (MixUp).
@@ -155,6 +186,13 @@ def mixup_batch(
     are). :math:`\lambda` is one float for the batch or a ``(B,)`` tensor with one coefficient
     per sample, e.g. from ``gen_interpolation_lambda(alpha, batch_size=B)``.
 
+    Give either ``interpolation_lambda`` or ``alpha``, exactly one (both, or neither, is a
+    ``ValueError``). With ``alpha`` (Composer's form) λ is drawn here, as Composer draws it:
+    :math:`\lambda = \min(z, 1 - z)`, :math:`z \sim \mathrm{Beta}(\alpha, \alpha)` (0 for
+    ``alpha = 0``), so λ lies in ``[0, 0.5]`` and each sample stays the main part of its mix.
+    The draw is a tensor on the generator's device: nothing is read on the host, and a new
+    ``alpha`` does not recompile.
+
     Per-step friendly: no value is read on the host (label and λ range checks run eagerly on
     CPU tensors, as device asserts on accelerators, and are skipped under ``torch.compile``);
     under ``torch.compile(fullgraph=True)`` nothing recompiles when λ (a Python float, a 0-d
@@ -167,11 +205,13 @@ def mixup_batch(
             integers, rounded back and clamped to the dtype's range).
         y: class indices ``(B,)`` or dense labels ``(B, n_classes)``.
         interpolation_lambda: :math:`\lambda` in ``[0, 1]``, a float, a 0-d tensor or a
-            ``(B,)`` tensor.
-        n_classes: number of classes (``>= 1``).
+            ``(B,)`` tensor; ``None`` when ``alpha`` is given.
+        n_classes: number of classes (``>= 1``); required.
         indices: the partner of each sample, ``(B,)`` integers in ``[0, B)``; a random
             permutation from ``generator`` when ``None``.
-        generator: source of randomness for the permutation.
+        alpha: draw λ from ``Beta(alpha, alpha)`` folded to ``[0, 0.5]`` (``>= 0``) instead of
+            passing ``interpolation_lambda``.
+        generator: source of randomness for the permutation (and λ with ``alpha``).
 
     Returns:
         ``(x_mix, y_mix, perm)``: mixed inputs (dtype and device of ``x``), mixed float labels
@@ -189,6 +229,9 @@ def mixup_batch(
         >>> x_mix, y_mix, perm = F.mixup_batch(x, y, lam, n_classes=4, generator=g)
         >>> x_mix.shape, y_mix.shape, torch.allclose(y_mix.sum(1), torch.ones(4))
         (torch.Size([4, 3, 8, 8]), torch.Size([4, 4]), True)
+        >>> _, y_mix, perm = F.mixup_batch(x, y, n_classes=4, alpha=0.2, generator=g)  # Composer's form
+        >>> bool((y_mix.max(1).values >= 0.5).all())
+        True
 
     Reference: Zhang et al., *mixup: Beyond Empirical Risk Minimization*, ICLR 2018.
     """
@@ -197,10 +240,12 @@ def mixup_batch(
     if x.ndim < 1:
         raise ValueError(f"x must have a batch dimension (B, ...), got shape {tuple(x.shape)}")
     check_same_batch(x, y, "x", "y")
+    if n_classes is None:
+        raise TypeError("mixup_batch needs n_classes, the number of classes of y (an int >= 1)")
     n_classes = check_int(n_classes, "n_classes", minimum=1)
     check_generator(generator)
     batch = x.shape[0]
-    lam = _check_lambda(interpolation_lambda, batch)
+    lam = _resolve_lambda(interpolation_lambda, alpha, generator, batch)
     y_dense = dense_labels(y, n_classes)  # validates the labels before any work
     if indices is None:
         perm = random_permutation(batch, generator, x.device)

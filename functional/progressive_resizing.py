@@ -13,6 +13,7 @@ from functional._args import (
     check_bool,
     check_generator,
     check_in_range,
+    check_int,
     check_ndim,
     check_one_of,
     check_positive,
@@ -25,36 +26,86 @@ __all__ = ["progressive_resizing_scale", "resize_inputs"]
 
 
 def progressive_resizing_scale(
-    progress: float, initial_scale: float = 0.5, finetune_fraction: float = 0.2
+    progress: float,
+    initial_scale: float = 0.5,
+    finetune_fraction: float = 0.2,
+    *,
+    delay_fraction: float = 0.0,
+    size_increment: int | None = None,
+    width: int | None = None,
 ) -> float:
     r"""The image scale at a point of training for progressive resizing.
 
-    Starts at ``initial_scale``, grows linearly to 1 at ``progress = 1 - finetune_fraction`` and
-    stays at 1 for the final ``finetune_fraction`` of training:
+    Stays at ``initial_scale`` for the first ``delay_fraction`` of training, grows linearly to
+    1 at ``progress = 1 - finetune_fraction`` and stays at 1 for the final
+    ``finetune_fraction`` (with :math:`d` = ``delay_fraction``, :math:`f` =
+    ``finetune_fraction``):
 
     .. math::
-        s(t) = s_0 + (1 - s_0)\,\min\!\Bigl(1, \frac{t}{1 - f}\Bigr)
+        s(t) = s_0 + (1 - s_0)\,\operatorname{clamp}\!\Bigl(\frac{t - d}{1 - f - d}, 0, 1\Bigr)
+
+    With ``size_increment`` and the images' ``width`` (Composer's schedule), the scale is then
+    pinned so that the new width is a multiple of ``size_increment``:
+    ``round(width · s / size_increment) · size_increment / width``, at least one increment and
+    at most 1.
 
     Args:
         progress: fraction of training done, in ``[0, 1]``.
         initial_scale: scale at the start, in ``(0, 1]``.
         finetune_fraction: final fraction of training at full scale, in ``[0, 1]``.
+        delay_fraction: first fraction of training at ``initial_scale``, in ``[0, 1]``, with
+            ``delay_fraction + finetune_fraction <= 1`` (Composer's default is 0.5; 0 here keeps
+            the schedule of this function before the option existed).
+        size_increment: round the width to a multiple of this many pixels (``>= 1``); needs
+            ``width``.
+        width: the full-size image width in pixels (``>= 1``), with ``size_increment``.
 
     Returns:
-        The scale factor, in ``[initial_scale, 1]``, non-decreasing in ``progress``.
+        The scale factor, in ``[initial_scale, 1]`` (pinned: in ``(0, 1]``), non-decreasing in
+        ``progress``.
 
     Example:
         >>> import functional as F
         >>> [F.progressive_resizing_scale(t) for t in (0.0, 0.4, 0.8, 1.0)]
         [0.5, 0.75, 1.0, 1.0]
+        >>> [F.progressive_resizing_scale(t, delay_fraction=0.5, size_increment=8, width=224)
+        ...  for t in (0.0, 0.6, 0.8)]  # Composer's schedule: widths 112, 152, 224
+        [0.5, 0.6785714285714286, 1.0]
     """
     progress = check_in_range(progress, "progress", 0.0, 1.0)
     initial_scale = check_in_range(initial_scale, "initial_scale", 0.0, 1.0, low_inclusive=False)
     finetune_fraction = check_in_range(finetune_fraction, "finetune_fraction", 0.0, 1.0)
+    delay_fraction = check_in_range(delay_fraction, "delay_fraction", 0.0, 1.0)
+    if delay_fraction + finetune_fraction > 1.0:
+        raise ValueError(
+            "delay_fraction + finetune_fraction must be <= 1 (the ramp lies between them), got "
+            f"delay_fraction={delay_fraction} and finetune_fraction={finetune_fraction}"
+        )
     ramp_end = 1.0 - finetune_fraction
     if progress >= ramp_end:
-        return 1.0
-    return initial_scale + (1.0 - initial_scale) * (progress / ramp_end)
+        scale = 1.0
+    elif progress <= delay_fraction:
+        scale = initial_scale
+    else:
+        ramp = (progress - delay_fraction) / (ramp_end - delay_fraction)
+        scale = initial_scale + (1.0 - initial_scale) * ramp
+    return _pin_to_increment(scale, size_increment, width)
+
+
+def _pin_to_increment(scale: float, size_increment: object, width: object) -> float:
+    """Composer's pinning: the scale whose width is the nearest multiple of ``size_increment``
+    (at least one increment, at most the full width); ``scale`` itself without an increment."""
+    if size_increment is None and width is None:
+        return scale
+    if size_increment is None or width is None:
+        raise ValueError(
+            "size_increment and width go together (the width is what gets rounded to a "
+            f"multiple of size_increment), got size_increment={size_increment!r}, width={width!r}"
+        )
+    step = check_int(size_increment, "size_increment", minimum=1)
+    full = check_int(width, "width", minimum=1)
+    pinned = max(step, round(full * scale / step) * step)
+    return min(1.0, pinned / full)
 
 
 # The largest output plane resize_inputs makes: torch's 32-bit-indexed interpolation kernels
@@ -159,6 +210,22 @@ def _crop(
     return windows[..., top, left, :, :].squeeze(-3)
 
 
+def _target_size(
+    X: torch.Tensor, y: torch.Tensor, scale: float, scale_factor: object
+) -> tuple[int, int]:
+    """The resized size ``(floor(H_y·s), floor(W_y·s))`` of targets ``(B, [C',] H_y, W_y)``,
+    which may have another spatial size than the inputs (a mask at half resolution)."""
+    check_ndim(y, "y", (3, 4), "(B, H, W) or (B, C, H, W)")
+    check_same_batch(X, y, "X", "y")
+    y_size = (sym_floor(y.shape[-2] * scale), sym_floor(y.shape[-1] * scale))
+    if min(y_size) < 1:
+        raise ValueError(
+            f"scale_factor={scale_factor} shrinks the {y.shape[-2]}x{y.shape[-1]} targets y "
+            f"to nothing ({y_size[0]}x{y_size[1]})"
+        )
+    return y_size
+
+
 def resize_inputs(
     X: torch.Tensor,
     y: torch.Tensor,
@@ -177,6 +244,12 @@ def resize_inputs(
     and the same window of the targets when ``resize_targets=True``. When the size does not
     change, ``X`` and ``y`` are returned as they are.
 
+    Targets may have another spatial size than the images (a 16x16 mask for 32x32 images):
+    they are resized by the same factor, to :math:`\lfloor H_y s \rfloor \times
+    \lfloor W_y s \rfloor`, and ``'crop'`` takes the corresponding window of them, its corner
+    at :math:`\lfloor \text{top} \cdot H_y / H \rfloor` (kept inside the target), as
+    Composer does.
+
     Per-step friendly: the crop offsets are drawn as tensors and applied as a gather of
     ``offset + arange`` (no value read on the host). The output shape is part of a compiled
     graph, so under ``torch.compile`` a scale that changes :math:`\lfloor Hs \rfloor` or
@@ -188,7 +261,7 @@ def resize_inputs(
     Args:
         X: images ``(B, C, H, W)``.
         y: targets, returned as they are unless ``resize_targets`` is true; then a tensor
-            ``(B, H, W)`` or ``(B, C', H, W)`` with the spatial size of ``X``.
+            ``(B, H_y, W_y)`` or ``(B, C', H_y, W_y)``, of the spatial size of ``X`` or another.
         scale_factor: :math:`s` in ``(0, 1]``; for ``'resize'`` larger values upsample, up to
             an output plane :math:`\lfloor Hs \rfloor \lfloor Ws \rfloor` of at most
             ``2**31 - 1`` pixels (larger is refused at entry: it would not fit torch's
@@ -202,8 +275,8 @@ def resize_inputs(
 
     Shape:
         - X: :math:`(B, C, H, W)` → :math:`(B, C, \lfloor Hs \rfloor, \lfloor Ws \rfloor)`
-        - y (``resize_targets``): :math:`(B, [C',] H, W)` →
-          :math:`(B, [C',] \lfloor Hs \rfloor, \lfloor Ws \rfloor)`
+        - y (``resize_targets``): :math:`(B, [C',] H_y, W_y)` →
+          :math:`(B, [C',] \lfloor H_y s \rfloor, \lfloor W_y s \rfloor)`
 
     Example:
         >>> import torch, functional as F
@@ -239,21 +312,19 @@ def resize_inputs(
             f"scale_factor={scale_factor} makes {size[0]}x{size[1]} output planes from "
             f"{height}x{width} images; at most {MAX_PLANE} pixels per plane are supported"
         )
-    if resize_targets:
-        check_ndim(y, "y", (3, 4), "(B, H, W) or (B, C, H, W)")
-        check_same_batch(X, y, "X", "y")
-        if tuple(y.shape[-2:]) != (height, width):
-            raise ValueError(
-                f"y must have the spatial size of X ({height}, {width}) to be resized with it, "
-                f"got shape {tuple(y.shape)}"
-            )
+    y_size = _target_size(X, y, scale, scale_factor) if resize_targets else size
     if size == (height, width):
         return X, y
     if mode == "resize":
         X_sized = _resize(X, scale, size)
-        return X_sized, (_resize(y, scale, size, labels=True) if resize_targets else y)
+        return X_sized, (_resize(y, scale, y_size, labels=True) if resize_targets else y)
     device = random_device(generator)
     top = torch.randint(0, height - size[0] + 1, (), generator=generator, device=device)
     left = torch.randint(0, width - size[1] + 1, (), generator=generator, device=device)
     X_sized = _crop(X, top, left, size)
-    return X_sized, (_crop(y, top, left, size) if resize_targets else y)
+    if not resize_targets:
+        return X_sized, y
+    # the same region of a target of another size: the window scaled, kept inside the target
+    y_top = torch.clamp_max(top * y.shape[-2] // height, y.shape[-2] - y_size[0])
+    y_left = torch.clamp_max(left * y.shape[-1] // width, y.shape[-1] - y_size[1])
+    return X_sized, _crop(y, y_top, y_left, y_size)

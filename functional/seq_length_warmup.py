@@ -64,8 +64,50 @@ def seq_length_warmup_length(
     return max(min_seq_length, min(max_seq_length, length))
 
 
+def _last_real_positions(batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """Per row, the index of the last position whose ``attention_mask`` is non-zero (-1 for a
+    row with none): with right padding, ``mask.sum(1) - 1`` as Composer computes it; with left
+    padding, still the last token. A tensor on the mask's device; nothing is read on the host."""
+    mask = batch.get("attention_mask")
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(
+            "preserve_end_of_sequence=True needs batch['attention_mask'] (B, L) to find the "
+            "last real token of each row; the batch has "
+            + ("no such key" if mask is None else f"a {type(mask).__name__} there")
+        )
+    if mask.ndim != 2:
+        raise ValueError(f"batch['attention_mask'] must be (B, L), got shape {tuple(mask.shape)}")
+    sizes = {k: v.shape[0] for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(
+            "preserve_end_of_sequence=True needs every tensor of batch to have the batch size "
+            f"B of attention_mask, got {sizes}"
+        )
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    return torch.where(mask != 0, positions, -1).amax(dim=1)
+
+
+def _truncate_keeping_end(value: torch.Tensor, last: torch.Tensor, length: int) -> torch.Tensor:
+    """Deterministic core: the first ``length`` positions of each row, with the token at
+    ``last`` (per row) written at ``min(last, length - 1)``; rows with ``last = -1`` are only
+    truncated. Gathers and a select: no host read, no data-dependent shape."""
+    rows = torch.arange(value.shape[0], device=value.device)
+    last = last.to(value.device, non_blocking=True)
+    source = value[rows, last.clamp(min=0)]
+    target = last.clamp(min=0, max=length - 1)
+    out = value[:, :length].clone()
+    current = out[rows, target]
+    keep = (last >= 0).view(-1, *([1] * (source.ndim - 1)))
+    out[rows, target] = torch.where(keep, source, current)
+    return out
+
+
 def apply_seq_length_warmup(
-    batch: Mapping[str, torch.Tensor], curr_seq_len: int, truncate: bool = True
+    batch: Mapping[str, torch.Tensor],
+    curr_seq_len: int,
+    truncate: bool = True,
+    *,
+    preserve_end_of_sequence: bool = False,
 ) -> dict[str, torch.Tensor]:
     r"""Cut every sequence of a batch to ``curr_seq_len`` positions.
 
@@ -76,6 +118,13 @@ def apply_seq_length_warmup(
     pieces consecutively), giving a batch of :math:`B \lfloor L / c \rfloor` rows. When
     ``curr_seq_len >= L`` the tensors are returned as they are. Other values pass through.
 
+    ``preserve_end_of_sequence=True`` (with ``truncate=True``, Composer's option) keeps the
+    last real token of every row: the last position where ``batch['attention_mask']`` is
+    non-zero (``mask.sum(1) - 1`` for right padding, as Composer computes it) is copied, in
+    every tensor of the batch, to ``min(that position, curr_seq_len - 1)``, so a truncated row
+    still ends with its end-of-sequence token and a short row is unchanged. A row whose mask
+    is all zero is only truncated.
+
     Per-step friendly: slicing and reshaping only, no value read on the host. ``curr_seq_len``
     sets the output shape, so under ``torch.compile`` a new length recompiles (by design; dynamo
     may then treat it as a dynamic size); the same length with new data does not.
@@ -85,6 +134,9 @@ def apply_seq_length_warmup(
             ``attention_mask`` and ``labels`` of a Hugging Face batch.
         curr_seq_len: the sequence length to apply (``>= 1``).
         truncate: truncate (True) or split the rows into shorter ones (False).
+        preserve_end_of_sequence: when truncating, keep each row's last real token (EOS) as
+            its last kept one; needs ``batch['attention_mask']`` ``(B, L)``. ``ValueError``
+            with ``truncate=False`` (nothing is cut off there; Composer ignores it).
 
     Returns:
         A new dict; the input mapping and its tensors are not modified.
@@ -105,6 +157,10 @@ def apply_seq_length_warmup(
                 [ 3,  4,  5],
                 [ 6,  7,  8],
                 [ 9, 10, 11]])
+        >>> batch["attention_mask"] = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0]])
+        >>> F.apply_seq_length_warmup(batch, 4, preserve_end_of_sequence=True)["input_ids"]
+        tensor([[0, 1, 2, 5],
+                [6, 7, 8, 9]])
 
     Reference: Li et al., *The Stability-Efficiency Dilemma: Investigating Sequence Length
     Warmup for Training GPT Models*, NeurIPS 2022.
@@ -115,6 +171,12 @@ def apply_seq_length_warmup(
         )
     curr_seq_len = check_int(curr_seq_len, "curr_seq_len", minimum=1)
     check_bool(truncate, "truncate")
+    check_bool(preserve_end_of_sequence, "preserve_end_of_sequence")
+    if preserve_end_of_sequence and not truncate:
+        raise ValueError(
+            "preserve_end_of_sequence=True applies to truncate=True only (splitting rows with "
+            "truncate=False cuts no sequence end off); pass one or the other"
+        )
     lengths = {}
     for key, value in batch.items():
         if isinstance(value, torch.Tensor):
@@ -125,14 +187,21 @@ def apply_seq_length_warmup(
             lengths[key] = value.shape[1]
     if len(set(lengths.values())) > 1:
         raise ValueError(f"every tensor of batch must have the same length L, got {lengths}")
-    out: dict[str, torch.Tensor] = {}
-    for key, value in batch.items():
-        if not isinstance(value, torch.Tensor) or curr_seq_len >= value.shape[1]:
-            out[key] = value
-        elif truncate:
-            out[key] = value[:, :curr_seq_len].contiguous()
-        else:
-            pieces = value.shape[1] // curr_seq_len
-            kept = value[:, : pieces * curr_seq_len]
-            out[key] = kept.reshape(value.shape[0] * pieces, curr_seq_len, *value.shape[2:])
-    return out
+    last = _last_real_positions(batch) if preserve_end_of_sequence else None
+    return {key: _cut(value, curr_seq_len, truncate, last) for key, value in batch.items()}
+
+
+def _cut(
+    value: torch.Tensor, length: int, truncate: bool, last: torch.Tensor | None
+) -> torch.Tensor:
+    """One value of the batch at ``length`` positions: truncated (keeping each row's last real
+    token when ``last`` is given) or split into rows; non-tensors and short tensors as they are."""
+    if not isinstance(value, torch.Tensor) or length >= value.shape[1]:
+        return value
+    if last is not None:
+        return _truncate_keeping_end(value, last, length)
+    if truncate:
+        return value[:, :length].contiguous()
+    pieces = value.shape[1] // length
+    kept = value[:, : pieces * length]
+    return kept.reshape(value.shape[0] * pieces, length, *value.shape[2:])

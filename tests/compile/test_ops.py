@@ -136,6 +136,18 @@ def test_mixup_compiled_equals_eager(lam) -> None:
     )
 
 
+def _mixup_alpha(x, y, alpha):
+    return F.mixup_batch(x, y, n_classes=N_CLASSES, alpha=alpha)
+
+
+def test_mixup_alpha_form_reads_nothing_compiles_at_most_twice_and_equals_eager() -> None:
+    x, y = _images(), _labels()
+    with no_host_reads():
+        F.mixup_batch(x, y, n_classes=N_CLASSES, alpha=0.2, generator=_gen())
+    _at_most_two_graphs(_mixup_alpha, [(x, y, a) for a in (0.2, 0.4, 1.0, 3.0)])
+    _compiled_equals_eager(_mixup_alpha, (x, y, 0.7))
+
+
 def test_gen_interpolation_lambda_per_sample_compiles_once_and_equals_eager() -> None:
     def draw(alpha):
         return F.gen_interpolation_lambda(alpha, batch_size=6)
@@ -183,6 +195,19 @@ def test_cutmix_compiles_once_over_new_boxes_and_alphas() -> None:
     assert_compiles_once(lambda x, y, b: F.cutmix_batch(x, y, N_CLASSES, bbox=b), boxes)
 
 
+@pytest.mark.parametrize("length", [None, 0.5])
+def test_cutmix_length_and_uniform_sampling_read_nothing_and_compile_once(length) -> None:
+    x, y = _images(), _labels()
+    with no_host_reads():
+        F.cutmix_batch(x, y, N_CLASSES, length=length, uniform_sampling=True, generator=_gen())
+
+    def fn(x, y):
+        return F.cutmix_batch(x, y, N_CLASSES, length=length, uniform_sampling=True)
+
+    assert_compiles_once(fn, [((x, y), {})] * 3)
+    _compiled_equals_eager(fn, (x, y))
+
+
 def test_cutmix_compiled_equals_eager() -> None:
     _compiled_equals_eager(_cutmix, (_images(), _labels()))
     _compiled_equals_eager(
@@ -196,13 +221,13 @@ def test_cutmix_compiled_equals_eager() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("per_sample", [False, True])
-def test_cutout_reads_nothing_and_compiles_once(per_sample) -> None:
+@pytest.mark.parametrize("per_sample,uniform", [(False, False), (True, False), (True, True)])
+def test_cutout_reads_nothing_and_compiles_once(per_sample, uniform) -> None:
     x = _images()
     with no_host_reads():
-        F.cutout(x, 2, 3, per_sample=per_sample, generator=_gen())
-        F.cutout(x[0], 1, 0.5, per_sample=per_sample, generator=_gen())
-    fn = lambda x: F.cutout(x, 2, 3, per_sample=per_sample)  # noqa: E731
+        F.cutout(x, 2, 3, per_sample=per_sample, uniform_sampling=uniform, generator=_gen())
+        F.cutout(x[0], 1, 0.5, per_sample=per_sample, uniform_sampling=uniform, generator=_gen())
+    fn = lambda x: F.cutout(x, 2, 3, per_sample=per_sample, uniform_sampling=uniform)  # noqa: E731
     results = assert_compiles_once(fn, [((x,), {})] * 4)
     assert (
         len({int((r == 0).sum()) for r in results} | {r.flatten().argmin().item() for r in results})
@@ -210,7 +235,7 @@ def test_cutout_reads_nothing_and_compiles_once(per_sample) -> None:
     )
     _compiled_equals_eager(fn, (x,))
     if per_sample:
-        return  # the side is computed the same way in both modes (and compiles are slow)
+        return  # the side is computed the same way in every mode (and compiles are slow)
     # a fractional length that keeps the side (0.4·7 and 0.42·7 both floor to 2 pixels)
     _at_most_two_graphs(
         lambda x, f: F.cutout(x, 1, f, per_sample=per_sample),
@@ -236,6 +261,19 @@ def test_colout_reads_nothing_and_compiles_once() -> None:
         lambda x, p: F.colout_batch(x, p, p), [(x, p) for p in (0.3, 0.31, 0.33, 0.35)]
     )
     _compiled_equals_eager(fn, (x,))
+
+
+def test_colout_pair_reads_nothing_compiles_once_and_equals_eager() -> None:
+    x = _images()
+    masks = (x[:, 0] > 0.5).long()
+    with no_host_reads():
+        F.colout_batch((x, masks), 0.25, 0.3, generator=_gen())
+
+    def fn(x, m):
+        return F.colout_batch((x, m), 0.25, 0.3)
+
+    assert_compiles_once(fn, [((x, masks), {})] * 3)
+    _compiled_equals_eager(fn, (x, masks))
 
 
 def test_colout_recompiles_only_when_the_output_shape_changes() -> None:
@@ -311,6 +349,21 @@ def test_resize_recompiles_only_when_the_output_size_changes() -> None:
     assert _graphs(fn) == graphs + 1
 
 
+@pytest.mark.parametrize("mode", ["resize", "crop"])
+def test_resize_targets_of_another_size_read_nothing_compile_once_and_equal_eager(mode) -> None:
+    x = _images(shape=(3, 12, 10))
+    y = torch.randint(0, N_CLASSES, (4, 6, 5))  # half resolution
+    with no_host_reads():
+        F.resize_inputs(x, y, 0.5, mode, resize_targets=True, generator=_gen())
+
+    def fn(x, y):
+        return F.resize_inputs(x, y, 0.5, mode, resize_targets=True)
+
+    results = assert_compiles_once(fn, [((x, y), {})] * 3)
+    assert all(r[1].shape == (4, 3, 2) for r in results)
+    _compiled_equals_eager(fn, (x, y))
+
+
 def test_resize_crop_compiles_once_over_new_offsets_and_equals_eager() -> None:
     x = _images(shape=(3, 10, 9)).to(memory_format=torch.channels_last)
     y = torch.randint(0, N_CLASSES, (4, 10, 9))
@@ -369,20 +422,21 @@ def test_select_using_loss_reads_nothing_compiles_once_and_equals_eager(loss_fun
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("truncate", [True, False])
-def test_seq_length_warmup_reads_nothing_compiles_once_and_equals_eager(truncate) -> None:
+@pytest.mark.parametrize("truncate,preserve", [(True, False), (False, False), (True, True)])
+def test_seq_length_warmup_reads_nothing_compiles_once_and_equals_eager(truncate, preserve) -> None:
     def batch(seed):
         g = _gen(seed)
         return {
             "input_ids": torch.randint(0, 100, (2, 12), generator=g),
-            "attention_mask": torch.ones(2, 12, dtype=torch.long),
+            # random right padding: the end-of-sequence position changes every call
+            "attention_mask": (torch.arange(12) < torch.randint(1, 13, (2, 1), generator=g)).long(),
         }
 
     with no_host_reads():
-        F.apply_seq_length_warmup(batch(0), 4, truncate)
+        F.apply_seq_length_warmup(batch(0), 4, truncate, preserve_end_of_sequence=preserve)
 
     def fn(b):
-        return F.apply_seq_length_warmup(b, 4, truncate)
+        return F.apply_seq_length_warmup(b, 4, truncate, preserve_end_of_sequence=preserve)
 
     results = assert_compiles_once(fn, [((batch(s),), {}) for s in range(3)])
     for s, got in enumerate(results):

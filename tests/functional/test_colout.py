@@ -99,3 +99,69 @@ def test_two_dimensional_image() -> None:
 def test_bad_arguments(call, error, match) -> None:
     with pytest.raises(error, match=match):
         call()
+
+
+# Composer's (input, target) pairs with resize_target.
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_pair_drops_the_same_rows_and_columns_from_image_and_mask(batched) -> None:
+    lead = (4, 3) if batched else (3,)
+    image = _coded(*lead, height=20, width=30)
+    mask = _coded(*lead[:-1], height=20, width=30)  # (B, H, W) or (H, W)
+    op = F.colout_batch if batched else F.colout
+    out, out_mask = op((image, mask), 0.2, 0.3, generator=torch.Generator().manual_seed(1))
+    assert out.shape == (*lead, 16, 21) and out_mask.shape == (*lead[:-1], 16, 21)
+    assert torch.equal(out[..., 0, :, :] if batched else out[0], out_mask)
+
+
+def test_pair_of_pil_images() -> None:
+    image = Image.fromarray(np.arange(20 * 30, dtype=np.uint8).reshape(20, 30) % 251)
+    mask = image.convert("RGB")
+    out, out_mask = F.colout((image, mask), 0.1, 0.1, generator=torch.Generator().manual_seed(2))
+    assert out.size == out_mask.size == (27, 18) and out_mask.mode == "RGB"
+    assert (np.asarray(out_mask)[..., 0] == np.asarray(out)).all()
+    single = F.colout_batch(image, 0.1, 0.1, generator=torch.Generator().manual_seed(2))
+    assert isinstance(single, Image.Image) and single.tobytes() == out.tobytes()
+
+
+def test_auto_leaves_a_target_of_another_size_and_false_never_drops() -> None:
+    x, labels = torch.rand(4, 3, 16, 16), torch.arange(4)
+    small = torch.rand(4, 8, 8)
+    for target in (labels, small):
+        out, same = F.colout_batch((x, target), 0.25, 0.25)
+        assert out.shape == (4, 3, 12, 12) and same is target
+    out, same = F.colout_batch((x, torch.rand(4, 16, 16)), 0.25, 0.25, resize_target=False)
+    assert same.shape == (4, 16, 16)
+
+
+@pytest.mark.parametrize(
+    "call,error,match",
+    [
+        (
+            lambda: F.colout_batch(
+                (torch.rand(2, 3, 8, 8), torch.rand(2, 4, 4)), resize_target=True
+            ),
+            ValueError,
+            "input's spatial size \\(8, 8\\), got \\(4, 4\\)",
+        ),
+        (
+            lambda: F.colout_batch(torch.rand(2, 3, 8, 8), resize_target="yes"),
+            TypeError,
+            "resize_target",
+        ),
+        (lambda: F.colout((torch.rand(3, 8, 8),) * 3), ValueError, "pair, got a sequence of 3"),
+        (
+            lambda: F.colout((torch.rand(3, 8, 8), "mask")),
+            TypeError,
+            "target must be a torch.Tensor",
+        ),
+    ],
+)
+def test_pair_refusals(call, error, match) -> None:
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_composer_defaults_drop_fifteen_percent() -> None:
+    assert F.colout_batch(torch.rand(2, 3, 20, 40)).shape == (2, 3, 17, 34)

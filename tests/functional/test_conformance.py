@@ -95,12 +95,25 @@ CASES = [
             lambda x, g: F.cutmix_batch(x, _labels(x), N_CLASSES, bbox=(1, 0, 3, 2), generator=g)
         ),
     ),
+    OpCase(
+        "cutmix_batch_length_uniform",
+        _first(
+            lambda x, g: F.cutmix_batch(
+                x, _labels(x), N_CLASSES, length=0.5, uniform_sampling=True, generator=g
+            )
+        ),
+    ),
     # a 3-pixel hole needs an image at least 3 pixels on its longer side (larger is refused)
     OpCase("cutout", lambda x, g: F.cutout(x, 2, 3, generator=g), per_sample=True, min_side=2),
     OpCase("cutout_fraction", lambda x, g: F.cutout(x, 1, 0.5, generator=g), per_sample=True),
     OpCase(
         "cutout_per_sample",
         lambda x, g: F.cutout(x, 2, 3, per_sample=True, generator=g),
+        min_side=2,
+    ),
+    OpCase(
+        "cutout_uniform_sampling",
+        lambda x, g: F.cutout(x, 2, 3, per_sample=True, uniform_sampling=True, generator=g),
         min_side=2,
     ),
     OpCase("colout", lambda x, g: F.colout(x[0], 0.3, 0.4, generator=g), empty=False),

@@ -160,3 +160,90 @@ def test_on_a_device_cutmix_moves_little_more_than_the_batch() -> None:
 
     _, syncs, ratio = D.measure(D.ours()["cutmix_batch"])
     assert syncs == 0 and ratio <= 1.5
+
+
+# Composer's length and uniform_sampling.
+
+
+def _pasted(x_mix: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return (x_mix != x)[0, 0]
+
+
+@pytest.mark.parametrize("length,h,w", [(0.5, 10, 12), (0.3, 9, 20), (1.0, 5, 6)])
+def test_length_fixes_the_box_sides_and_labels_follow_the_clipped_area(length, h, w) -> None:
+    x = torch.arange(2 * h * w, dtype=torch.float32).view(2, 1, h, w)
+    y = torch.tensor([0, 1])
+    perm = torch.tensor([1, 0])
+    cut_h, cut_w = int(length * h), int(length * w)
+    seen_full = False
+    for seed in range(40):
+        g = torch.Generator().manual_seed(seed)
+        x_mix, y_mix, _ = F.cutmix_batch(x, y, 2, indices=perm, length=length, generator=g)
+        plane = _pasted(x_mix, x)
+        rows, cols = int(plane.any(1).sum()), int(plane.any(0).sum())
+        assert int(plane.sum()) == rows * cols and rows <= cut_h and cols <= cut_w
+        seen_full |= (rows, cols) == (cut_h, cut_w)
+        area = rows * cols / (h * w)
+        torch.testing.assert_close(y_mix[0], torch.tensor([1 - area, area]))
+    assert seen_full
+
+
+@pytest.mark.parametrize("length", [None, 0.5])
+def test_uniform_sampling_pastes_every_pixel_equally_often(length) -> None:
+    import importlib
+
+    cutmix_module = importlib.import_module("functional.cutmix")
+    h, w, n = 5, 6, 3000
+    g = torch.Generator().manual_seed(0)
+    counts = torch.zeros(h, w, dtype=torch.float64)
+    for _ in range(n):  # the box drawing alone (the paste is tested above): fast
+        if length is None:
+            sides = cutmix_module._sides_from_alpha(h, w, 1.0, g)
+        else:
+            sides = cutmix_module._sides_from_length(h, w, length, g)
+        box = cutmix_module._draw_bbox(h, w, sides, True, g)
+        counts += cutmix_module._box_mask(box, h, w, torch.device("cpu"))
+    freq = counts / n
+    assert float(freq.max() - freq.min()) < 0.07  # every pixel equally likely
+    if length is not None:  # side 2 x 3: probability 2/(5+1) * 3/(6+2) per pixel
+        expected = torch.tensor(2 / 6 * 3 / 8, dtype=torch.float64)
+        torch.testing.assert_close(freq.mean(), expected, atol=0.02, rtol=0)
+    x = torch.zeros(2, 1, h, w)
+    x[1] = 1.0
+    x_mix, y_mix, _ = F.cutmix_batch(
+        x,
+        torch.tensor([0, 1]),
+        2,
+        indices=torch.tensor([1, 0]),
+        length=length,
+        uniform_sampling=True,
+        generator=torch.Generator().manual_seed(3),
+    )
+    torch.testing.assert_close(y_mix[0, 1], x_mix[0, 0].mean())  # labels follow the area
+
+
+def test_default_sampling_pastes_the_border_less_often() -> None:
+    x = torch.zeros(2, 1, 8, 8)
+    x[1] = 1.0
+    g = torch.Generator().manual_seed(0)
+    counts = sum(
+        F.cutmix_batch(
+            x, torch.tensor([0, 1]), 2, indices=torch.tensor([1, 0]), length=0.5, generator=g
+        )[0][0, 0]
+        for _ in range(600)
+    )
+    assert counts[0, 0] < counts[4, 4] * 0.6
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"length": 0.5, "bbox": (0, 0, 2, 2)}, ValueError, "not both"),
+        ({"length": 1.5}, ValueError, "length must be in"),
+        ({"length": "0.5"}, TypeError, "length"),
+        ({"uniform_sampling": "yes"}, TypeError, "uniform_sampling must be a bool"),
+    ],
+)
+def test_length_and_uniform_sampling_refusals(kwargs, error, match) -> None:
+    with pytest.raises(error, match=match):
+        F.cutmix_batch(torch.rand(2, 3, 4, 4), torch.tensor([0, 1]), 2, **kwargs)

@@ -138,3 +138,78 @@ def test_a_hole_larger_than_the_image_is_refused_with_the_fix() -> None:
     with pytest.raises(ValueError, match="max\\(H, W\\)=16"):
         F.cutout(wide, 1, 17)
     assert torch.equal(F.cutout(torch.ones(2, 1, 0, 5), 1, 100), torch.ones(2, 1, 0, 5))
+
+
+# Composer's uniform_sampling and PIL input.
+
+
+@pytest.mark.parametrize("side", [1, 3, 4])
+def test_uniform_sampling_covers_every_pixel_equally_often(side) -> None:
+    # Top-left corners uniform over [1 - side, H - 1]: each pixel is covered with probability
+    # side / (H + side - 1) per axis; the default sampling covers the corners less often.
+    h, w, n = 6, 7, 20_000
+    x = torch.ones(n, 1, h, w)
+    gen = torch.Generator().manual_seed(0)
+    cut = F.cutout(x, 1, side, per_sample=True, uniform_sampling=True, generator=gen) == 0
+    freq = cut[:, 0].double().mean(0)
+    expected = side / (h + side - 1) * side / (w + side - 1)
+    torch.testing.assert_close(
+        freq, torch.full((h, w), expected, dtype=torch.float64), atol=0.012, rtol=0
+    )
+    assert bool((cut[:, 0].flatten(1).sum(1) > 0).all())  # no hole falls wholly outside
+    default = F.cutout(x, 1, 4, per_sample=True, generator=gen)[:, 0] == 0
+    assert default.double().mean(0)[0, 0] < default.double().mean(0)[3, 3] - 0.05
+
+
+def test_uniform_sampling_holes_are_clipped_squares() -> None:
+    x = torch.ones(500, 1, 9, 9)
+    cut = F.cutout(
+        x, 1, 4, per_sample=True, uniform_sampling=True, generator=torch.Generator().manual_seed(1)
+    )
+    for plane in cut[:, 0] == 0:
+        rows, cols = plane.any(1), plane.any(0)
+        assert int(plane.sum()) == int(rows.sum()) * int(cols.sum())  # a rectangle
+        assert 1 <= int(rows.sum()) <= 4 and 1 <= int(cols.sum()) <= 4
+        full = 0 < int(torch.nonzero(rows)[0]) and int(torch.nonzero(rows)[-1]) < 8
+        if full:
+            assert int(rows.sum()) == 4  # not at the border: the whole side
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L", "RGBA", "I;16", "P", "1"])
+@pytest.mark.parametrize("uniform", [False, True])
+def test_pil_image_in_pil_image_out_with_the_tensor_holes(mode, uniform) -> None:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    base = Image.fromarray(rng.integers(1, 256, (11, 13, 3), dtype=np.uint8), "RGB")
+    img = base.convert(mode)
+    out = F.cutout(img, 2, 5, uniform_sampling=uniform, generator=torch.Generator().manual_seed(4))
+    assert isinstance(out, Image.Image) and out.mode == mode and out.size == img.size
+    holes = (
+        F.cutout(
+            torch.ones(1, 11, 13),
+            2,
+            5,
+            uniform_sampling=uniform,
+            generator=torch.Generator().manual_seed(4),
+        )[0]
+        == 0
+    )
+    before, after = np.asarray(img), np.asarray(out)
+    mask = holes.numpy()
+    assert (after[mask] == 0).all()
+    assert (after[~mask] == before[~mask]).all()
+    assert np.asarray(img).tolist() == before.tolist()  # the input is untouched
+
+
+def test_composer_defaults_one_hole_of_half_the_shorter_side() -> None:
+    out = F.cutout(
+        torch.ones(1, 1, 20, 30), uniform_sampling=False, generator=torch.Generator().manual_seed(0)
+    )
+    assert 0 < int((out == 0).sum()) <= 100
+
+
+def test_uniform_sampling_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="uniform_sampling must be a bool"):
+        F.cutout(torch.ones(1, 4, 4), 1, 2, uniform_sampling=1)

@@ -151,3 +151,42 @@ def test_seed_logger_argument():
     ]
     with pytest.raises(TypeError, match="logger must be None or have a log_metrics"):
         freeze_layers(model, None, 3, 4, logger=print)
+
+
+# Composer's form: current_duration, a fraction of training.
+
+
+def _stack(n: int = 6) -> torch.nn.Sequential:
+    return torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(n)])
+
+
+@pytest.mark.parametrize("epoch,max_epochs", [(0, 4), (2, 4), (3, 4), (4, 4), (7, 10)])
+def test_duration_form_equals_epoch_form(epoch, max_epochs) -> None:
+    by_epoch, by_duration = _stack(), _stack()
+    got_epoch = freeze_layers(by_epoch, None, epoch, max_epochs, freeze_start=0.25)
+    got_duration = freeze_layers(
+        by_duration, None, current_duration=epoch / max_epochs, freeze_start=0.25
+    )
+    assert got_epoch == got_duration
+    flags = [[p.requires_grad for p in m.parameters()] for m in (by_epoch, by_duration)]
+    assert flags[0] == flags[1]
+
+
+@pytest.mark.parametrize(
+    "args,kwargs,match",
+    [
+        ((1, 4), {"current_duration": 0.5}, "not both"),
+        ((), {"max_epochs": 4, "current_duration": 0.5}, "not both"),
+        ((), {}, "current_duration"),
+        ((0.6,), {}, "pass current_duration=0.6"),
+    ],
+)
+def test_forms_mixed_wrongly_raise_type_error(args, kwargs, match) -> None:
+    with pytest.raises(TypeError, match=match):
+        freeze_layers(_stack(), None, *args, **kwargs)
+
+
+@pytest.mark.parametrize("duration", [-0.1, 1.5, float("nan")])
+def test_duration_outside_unit_interval_raises(duration) -> None:
+    with pytest.raises(ValueError, match="current_duration"):
+        freeze_layers(_stack(), None, current_duration=duration)

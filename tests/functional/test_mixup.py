@@ -201,3 +201,57 @@ def test_int64_extremes_stay_between_each_pair():
         assert ((out >= low) & (out <= high)).all(), (lam, out)
     exact = torch.tensor([[2**53], [-(2**53)], [7], [0]], dtype=torch.int64)  # float64-exact
     assert torch.equal(F.mixup_batch(exact, torch.arange(4), 0.0, 4, perm)[0], exact)
+
+
+# Composer's alpha form: mixup_batch draws λ itself.
+
+
+def test_mixup_alpha_draws_folded_beta_then_permutation() -> None:
+    from functional._batch import sample_beta
+
+    x, y = torch.randn(5, 3, 4, 4, dtype=torch.float64), torch.tensor([0, 1, 2, 3, 4])
+    out = F.mixup_batch(x, y, n_classes=5, alpha=0.7, generator=_gen(3))
+    g = _gen(3)
+    z = sample_beta(0.7, (), g)
+    lam = float(torch.minimum(z, 1 - z))
+    perm = torch.randperm(5, generator=g)
+    expected = F.mixup_batch(x, y, lam, 5, indices=perm)
+    assert torch.equal(out[2], perm)
+    torch.testing.assert_close(out[0], expected[0])
+    torch.testing.assert_close(out[1], expected[1])
+
+
+@given(alpha=st.floats(0.01, 20.0), seed=st.integers(0, 2**16))
+def test_mixup_alpha_keeps_each_sample_the_main_part(alpha, seed) -> None:
+    y = torch.arange(4)
+    _, y_mix, perm = F.mixup_batch(
+        torch.zeros(4, 2), y, n_classes=4, alpha=alpha, generator=_gen(seed)
+    )
+    own = y_mix[torch.arange(4), y]
+    moved = perm != torch.arange(4)
+    assert bool((own[moved] >= 0.5).all()) and bool((own <= 1).all())
+    torch.testing.assert_close(y_mix.sum(1), torch.ones(4))
+
+
+def test_mixup_alpha_zero_is_identity() -> None:
+    x = torch.randn(4, 3)
+    x_mix, y_mix, _ = F.mixup_batch(x, torch.arange(4), n_classes=4, alpha=0.0, generator=_gen())
+    assert torch.equal(x_mix, x) and torch.equal(y_mix, torch.eye(4))
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"interpolation_lambda": 0.3, "alpha": 0.2}, "not both"),
+        ({}, "got neither"),
+        ({"alpha": -1.0}, "alpha"),
+    ],
+)
+def test_mixup_lambda_or_alpha_rule(kwargs, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        F.mixup_batch(torch.zeros(2, 3), torch.arange(2), n_classes=2, **kwargs)
+
+
+def test_mixup_needs_n_classes() -> None:
+    with pytest.raises(TypeError, match="n_classes"):
+        F.mixup_batch(torch.zeros(2, 3), torch.arange(2), 0.3)

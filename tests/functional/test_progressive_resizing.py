@@ -128,7 +128,11 @@ def test_resize_may_upsample() -> None:
         ),
         ({"scale_factor": 0.05}, ValueError, "shrinks the 8x8 images to nothing"),
         ({"X": torch.rand(3, 8, 8)}, ValueError, "X must have 4 dimensions"),
-        ({"y": torch.rand(2, 3, 7, 8), "resize_targets": True}, ValueError, "spatial size of X"),
+        (
+            {"y": torch.rand(2, 3, 1, 8), "scale_factor": 0.5, "resize_targets": True},
+            ValueError,
+            "shrinks the 1x8 targets y to nothing",
+        ),
         (
             {"y": torch.arange(2), "resize_targets": True},
             ValueError,
@@ -211,3 +215,66 @@ def test_int64_extremes_stay_within_the_input_range(mode):
     x = torch.full((2, 1, 6, 6), top, dtype=torch.int64)
     out, _ = F.resize_inputs(x, torch.zeros(2, dtype=torch.long), 0.5, mode)
     assert torch.equal(out, torch.full_like(out, top))
+
+
+# Targets of another size than the inputs, and Composer's schedule options.
+
+
+@pytest.mark.parametrize("mode", ["resize", "crop"])
+@pytest.mark.parametrize("scale", [0.5, 0.75])
+def test_targets_of_another_size_are_resized_consistently(mode, scale) -> None:
+    # A mask at half resolution: pixel (r, c) of the mask covers pixels (2r..2r+1, 2c..2c+1).
+    mask = torch.arange(16 * 16).view(1, 16, 16).expand(2, 16, 16).clone()
+    image = mask.repeat_interleave(2, -2).repeat_interleave(2, -1).unsqueeze(1).float()
+    gen = torch.Generator().manual_seed(3)
+    X, y = F.resize_inputs(image, mask, scale, mode, resize_targets=True, generator=gen)
+    assert X.shape == (2, 1, int(32 * scale), int(32 * scale))
+    assert y.shape == (2, int(16 * scale), int(16 * scale)) and y.dtype == mask.dtype
+    if mode == "crop":  # the mask's window starts where the image's does, at half resolution
+        corner = int(X[0, 0, 0, 0])
+        ty, tx = corner // 16, corner % 16
+        assert torch.equal(y, mask[:, ty : ty + y.shape[-2], tx : tx + y.shape[-1]])
+
+
+@pytest.mark.parametrize("progress", [0.0, 0.1, 0.3, 0.5, 0.55, 0.7, 0.8, 0.95, 1.0])
+@pytest.mark.parametrize("delay,finetune", [(0.0, 0.2), (0.5, 0.2), (0.2, 0.2), (0.4, 0.6)])
+def test_delay_fraction_follows_composer_schedule(progress, delay, finetune) -> None:
+    got = F.progressive_resizing_scale(progress, 0.5, finetune, delay_fraction=delay)
+    if progress >= delay:
+        expected = 0.5 + 0.5 * min(1.0, (progress - delay) / max(1e-12, 1 - finetune - delay))
+    else:
+        expected = 0.5
+    if progress >= 1 - finetune:
+        expected = 1.0
+    assert got == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("width", [32, 31, 224])
+@pytest.mark.parametrize("increment", [1, 4, 8])
+def test_size_increment_pins_the_width_to_a_multiple(width, increment) -> None:
+    previous = 0.0
+    for i in range(21):
+        t = i / 20
+        raw = F.progressive_resizing_scale(t, 0.5, 0.2, delay_fraction=0.2)
+        got = F.progressive_resizing_scale(
+            t, 0.5, 0.2, delay_fraction=0.2, size_increment=increment, width=width
+        )
+        pinned = round(width * raw / increment) * increment
+        assert got == (1.0 if pinned >= width else pinned / width)
+        assert got >= previous
+        previous = got
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"delay_fraction": 0.5, "finetune_fraction": 0.6}, "delay_fraction \\+ finetune_fraction"),
+        ({"size_increment": 8}, "size_increment and width go together"),
+        ({"width": 32}, "size_increment and width go together"),
+        ({"size_increment": 0, "width": 32}, "size_increment must be >= 1"),
+        ({"delay_fraction": 1.5}, "delay_fraction must be in"),
+    ],
+)
+def test_schedule_option_refusals(kwargs, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        F.progressive_resizing_scale(0.5, **kwargs)

@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from transformers import BatchEncoding
 
 import functional as F
@@ -115,3 +117,82 @@ def test_hugging_face_batch_encoding_is_accepted() -> None:
 def test_bad_arguments(batch, length, error, match) -> None:
     with pytest.raises(error, match=match):
         F.apply_seq_length_warmup(batch, length)
+
+
+# preserve_end_of_sequence (Composer's option): the last real token survives truncation.
+
+
+def _padded_batch(lengths: list[int], width: int, *, left: bool = False) -> dict:
+    rows = len(lengths)
+    ids = torch.arange(rows * width).view(rows, width) + 100
+    mask = torch.zeros(rows, width, dtype=torch.long)
+    for r, n in enumerate(lengths):
+        if left:
+            mask[r, width - n :] = 1
+        else:
+            mask[r, :n] = 1
+    labels = torch.stack([ids, -ids], dim=-1)  # (B, L, 2): a tensor with trailing dims
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels, "name": "kept as is"}
+
+
+def _reference_preserve(batch: dict, c: int) -> dict:
+    """Composer's rule as a loop: truncate, then put each row's last real token at
+    min(last, c - 1)."""
+    out = {}
+    for key, value in batch.items():
+        if not isinstance(value, torch.Tensor):
+            out[key] = value
+            continue
+        rows = []
+        for r in range(value.shape[0]):
+            real = torch.nonzero(batch["attention_mask"][r]).flatten().tolist()
+            row = value[r, :c].clone()
+            if real:
+                row[min(real[-1], c - 1)] = value[r, real[-1]]
+            rows.append(row)
+        out[key] = torch.stack(rows)
+    return out
+
+
+@given(
+    lengths=st.lists(st.integers(0, 12), min_size=1, max_size=5),
+    c=st.integers(1, 11),
+    left=st.booleans(),
+)
+def test_preserve_end_of_sequence_matches_the_loop(lengths, c, left) -> None:
+    batch = _padded_batch(lengths, 12, left=left)
+    got = F.apply_seq_length_warmup(batch, c, preserve_end_of_sequence=True)
+    expected = _reference_preserve(batch, c)
+    assert got["name"] == "kept as is"
+    for key in ("input_ids", "attention_mask", "labels"):
+        assert torch.equal(got[key], expected[key]), key
+    for r, n in enumerate(lengths):  # what Composer's test checks, for right padding
+        if n and not left:
+            assert got["input_ids"][r, min(c, n) - 1] == batch["input_ids"][r, n - 1]
+
+
+def test_preserve_end_of_sequence_leaves_the_input_and_short_rows_alone() -> None:
+    batch = _padded_batch([3, 8], 8)
+    before = {k: v.clone() for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    got = F.apply_seq_length_warmup(batch, 5, preserve_end_of_sequence=True)
+    assert torch.equal(got["input_ids"][0], batch["input_ids"][0, :5])
+    assert got["input_ids"][1, 4] == batch["input_ids"][1, 7]
+    assert all(torch.equal(batch[k], v) for k, v in before.items())
+
+
+@pytest.mark.parametrize(
+    "batch,kwargs,match",
+    [
+        ({"input_ids": torch.ones(2, 6)}, {}, "attention_mask"),
+        ({"input_ids": torch.ones(2, 6), "attention_mask": torch.ones(2, 6, 1)}, {}, r"\(B, L\)"),
+        ({"input_ids": torch.ones(3, 6), "attention_mask": torch.ones(2, 6)}, {}, "batch size"),
+        (
+            {"input_ids": torch.ones(2, 6), "attention_mask": torch.ones(2, 6)},
+            {"truncate": False},
+            "truncate",
+        ),
+    ],
+)
+def test_preserve_end_of_sequence_refusals(batch, kwargs, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        F.apply_seq_length_warmup(batch, 4, preserve_end_of_sequence=True, **kwargs)
