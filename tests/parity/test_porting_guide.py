@@ -92,21 +92,6 @@ COMPOSER_ALGORITHMS: dict[str, list[str]] = {
     "EMA": ["half_life", "smoothing", "ema_start", "update_interval"],
 }
 
-# Names and arguments being added on other branches (issue 31 section 1); until they are here,
-# the guide's calls of them are not checked against the code.
-BUILT_ELSEWHERE = {
-    "apply_gyro_dropout": set(),
-    "factorize_matrix": set(),
-    "factorize_conv2d": set(),
-    "cutout": {"uniform_sampling"},
-    "cutmix_batch": {"length", "uniform_sampling"},
-    "colout_batch": {"resize_target", "p_row", "p_col"},
-    "freeze_layers": {"current_duration"},
-    "mixup_batch": {"alpha"},
-    "apply_seq_length_warmup": {"preserve_end_of_sequence"},
-}
-
-
 def sections() -> dict[str, str]:
     """``{name: text}`` for each ``## `name``` section of the guide."""
     text = GUIDE.read_text(encoding="utf-8")
@@ -149,24 +134,20 @@ def _calls(code: str):
 def test_the_ported_code_calls_what_exists(name: str) -> None:
     """The section has its before/after pair (blocks shown, not run: the docs test runs only
     plain ```python fences), and each ``F.x(...)``/``augment.x(...)`` in the "here" block
-    exists and takes the keywords the block passes (pieces built elsewhere excepted until
-    they arrive)."""
+    exists and takes the keywords the block passes."""
     code = re.findall(r"```{code-block} python\n(# \w+)\n(.*?)```", sections()[name], re.DOTALL)
     assert [label for label, _ in code] == ["# Composer", "# here"], f"{name}: a code pair"
     blocks = [block for _, block in code[1:]]
     ast.parse(code[0][1])  # the Composer code is Python too
     for module, call in _calls(blocks[0]):
         attr = call.func.attr  # type: ignore[attr-defined]
-        pending = BUILT_ELSEWHERE.get(attr)
-        if not hasattr(module, attr):
-            assert pending is not None, f"{name}: {module.__name__}.{attr} does not exist"
-            continue
+        assert hasattr(module, attr), f"{name}: {module.__name__}.{attr} does not exist"
         signature = inspect.signature(getattr(module, attr))
         takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
         for keyword in call.keywords:
-            if keyword.arg in signature.parameters or takes_kwargs:
-                continue
-            assert keyword.arg in (pending or set()), f"{name}: {attr}() has no {keyword.arg!r}"
+            assert keyword.arg in signature.parameters or takes_kwargs, (
+                f"{name}: {attr}() has no {keyword.arg!r}"
+            )
 
 
 def test_the_transcribed_signatures_are_composers(composer: ModuleType) -> None:
@@ -177,3 +158,59 @@ def test_the_transcribed_signatures_are_composers(composer: ModuleType) -> None:
     for name, expected in COMPOSER_ALGORITHMS.items():
         assert list(inspect.signature(getattr(algorithms, name)).parameters) == expected, name
     assert sorted(composer.__all__) == sorted(COMPOSER_PARAMETERS)
+
+
+def _shown_parameters(arguments: str) -> list[tuple[str, str | None]]:
+    """``[(name, default text or None)]`` of a signature written as ``a, b=1, *, c='x'``."""
+    parts, depth, quote, current = [], 0, "", ""
+    for char in arguments:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+            continue
+        current += char
+    parts.append(current)
+    shown = []
+    for part in filter(str.strip, parts):
+        name, _, default = part.strip().partition("=")
+        shown.append((name.strip(), default.strip() or None))
+    return shown
+
+
+def _real_parameters(function: object) -> list[tuple[str, str | None]]:
+    real: list[tuple[str, str | None]] = []
+    for parameter in inspect.signature(function).parameters.values():  # type: ignore[arg-type]
+        if parameter.kind is parameter.KEYWORD_ONLY and ("*", None) not in real:
+            real.append(("*", None))
+        prefix = {parameter.VAR_POSITIONAL: "*", parameter.VAR_KEYWORD: "**"}
+        default = None if parameter.default is parameter.empty else repr(parameter.default)
+        real.append((prefix.get(parameter.kind, "") + parameter.name, default))  # type: ignore[call-overload]
+    return real
+
+
+@pytest.mark.parametrize("name", [*COMPOSER_PARAMETERS, *COMPOSER_ALGORITHMS])
+def test_the_signatures_shown_here_are_the_real_ones(name: str) -> None:
+    """Each ``F.x(...)``/``augment.x(...)`` signature of the section's "Here:" paragraph has the
+    function's parameters in order, its keyword-only marker, and its defaults where shown."""
+    here = re.search(r"^Here: (.*?)\n\n", sections()[name], flags=re.MULTILINE | re.DOTALL)
+    assert here is not None, f"{name}: no 'Here:' paragraph"
+    shown_any = False
+    for owner, attr, arguments in re.findall(r"`(F|augment)\.([\w.]+)\(([^`]*)\)`", here.group(1)):
+        function: object = {"F": F, "augment": augment}[owner]
+        for part in attr.split("."):
+            function = getattr(function, part)
+        real = _real_parameters(function)
+        shown = _shown_parameters(arguments)
+        assert [n for n, _ in shown] == [n for n, _ in real], f"{name}: {attr} parameters"
+        for (parameter, default), (_, real_default) in zip(shown, real, strict=True):
+            assert default in (None, "...", real_default), f"{name}: {attr}({parameter}=)"
+        shown_any = True
+    assert shown_any, f"{name}: no signature of this library in 'Here:'"
