@@ -92,6 +92,7 @@ COMPOSER_ALGORITHMS: dict[str, list[str]] = {
     "EMA": ["half_life", "smoothing", "ema_start", "update_interval"],
 }
 
+
 def sections() -> dict[str, str]:
     """``{name: text}`` for each ``## `name``` section of the guide."""
     text = GUIDE.read_text(encoding="utf-8")
@@ -134,7 +135,7 @@ def _calls(code: str):
 def test_the_ported_code_calls_what_exists(name: str) -> None:
     """The section has its before/after pair (blocks shown, not run: the docs test runs only
     plain ```python fences), and each ``F.x(...)``/``augment.x(...)`` in the "here" block
-    exists and takes the keywords the block passes."""
+    exists and binds the positional and keyword arguments the block passes."""
     code = re.findall(r"```{code-block} python\n(# \w+)\n(.*?)```", sections()[name], re.DOTALL)
     assert [label for label, _ in code] == ["# Composer", "# here"], f"{name}: a code pair"
     blocks = [block for _, block in code[1:]]
@@ -148,6 +149,11 @@ def test_the_ported_code_calls_what_exists(name: str) -> None:
             assert keyword.arg in signature.parameters or takes_kwargs, (
                 f"{name}: {attr}() has no {keyword.arg!r}"
             )
+        if not any(isinstance(a, ast.Starred) for a in call.args) and all(call.keywords):
+            try:  # as many positional arguments as it takes, none twice, none missing
+                signature.bind(*call.args, **{k.arg: k.value for k in call.keywords})  # type: ignore[misc]
+            except TypeError as error:
+                raise AssertionError(f"{name}: {attr}(): {error}") from None
 
 
 def test_the_transcribed_signatures_are_composers(composer: ModuleType) -> None:
