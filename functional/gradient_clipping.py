@@ -383,7 +383,9 @@ def apply_gradient_clipping(
     r"""Clip the gradients of ``parameters`` in place, by global norm, by value or unit-wise.
 
     Parameters whose ``.grad`` is None are skipped. Call it after ``backward()`` and before
-    ``optimizer.step()`` (after ``scaler.unscale_(optimizer)`` under AMP).
+    ``optimizer.step()`` (after ``scaler.unscale_(optimizer)`` under AMP). A per-step op, not
+    a model transform despite its ``apply_`` name: it changes gradients, not the model, and
+    takes no ``optimizers=``.
 
     - ``'norm'``: if the L2 norm of all gradients together exceeds ``clipping_threshold``,
       scale them all by ``clipping_threshold / (norm + 1e-6)`` (the rule of

@@ -75,6 +75,8 @@ def apply_seq_length_warmup(
     :math:`\lfloor L / c \rfloor` rows of :math:`c` = ``curr_seq_len`` positions (row ``b``'s
     pieces consecutively), giving a batch of :math:`B \lfloor L / c \rfloor` rows. When
     ``curr_seq_len >= L`` the tensors are returned as they are. Other values pass through.
+    A per-step op on the batch, not a model transform despite its ``apply_`` name: it takes
+    no ``optimizers=``.
 
     Per-step friendly: slicing and reshaping only, no value read on the host. ``curr_seq_len``
     sets the output shape, so under ``torch.compile`` a new length recompiles (by design; dynamo
