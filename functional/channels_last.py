@@ -11,7 +11,9 @@ from surgery import OptimizerArg, as_optimizer_list
 __all__ = ["apply_channels_last"]
 
 
-def _convert_optimizer_state(model: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> None:
+def _convert_optimizer_state(
+    model: torch.nn.Module, optimizers: list[torch.optim.Optimizer]
+) -> None:
     """Give every optimizer state tensor shaped like a 4-D parameter that parameter's strides.
 
     Fused optimizer kernels (``SGD``/``Adam``/``AdamW`` with ``fused=True``) walk a parameter,

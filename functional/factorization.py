@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from functional._args import check_bool, check_int, check_module
+from functional._composition import carry_decorations, layer_kind, refuse_parametrized
 from functional._numeric import accumulation_dtype
 from functional._policies import ModelT, latent_size, replace_chosen, settle_new_parameters
 from surgery import OptimizerArg, as_optimizer_list
@@ -68,6 +69,9 @@ def _svd_factors(matrix: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.T
 
 class _Factorized(nn.Module):
     """Shared parts of the factorized layers: rank reporting and the checkpoint hooks."""
+
+    # A composite (functional/_composition.py): other transforms see one layer, its two parts.
+    _see_through = ("module0", "module1")
 
     latent_size: int
     approximation_error: float
@@ -327,6 +331,14 @@ class FactorizedLinear(_Factorized):
         return f"rank={self.latent_size}, approximation_error={self.approximation_error:.4g}"
 
 
+# Why a standardized (parametrized) weight is refused, and the order that works.
+_WS_ORDER = (
+    "the factors of a standardized weight would train unstandardized; apply "
+    "apply_factorization first, then apply_weight_standardization (which standardizes each "
+    "factor)"
+)
+
+
 def apply_factorization(
     model: ModelT,
     factorize_convs: bool = True,
@@ -399,16 +411,20 @@ def apply_factorization(
     latent_size(latent_channels, "latent_channels", 1)  # validates the values
     latent_size(latent_features, "latent_features", 1)
 
+    opts = as_optimizer_list(optimizers)
+    names = {id(m): name for name, m in model.named_modules()}
+    skipped: list[str] = []
     # The factors of an earlier factorization are plain layers: never factorize them again.
     factors = {id(m) for f in model.modules() if isinstance(f, _Factorized) for m in f.modules()}
 
     def convert_conv(conv: nn.Module, _index: int) -> nn.Module | None:
         assert isinstance(conv, nn.Conv2d)
-        if (
-            id(conv) in factors
-            or conv.groups != 1
-            or min(conv.in_channels, conv.out_channels) < min_channels
-        ):
+        if id(conv) in factors or not layer_kind(conv, nn.Conv2d):
+            skipped.extend(
+                [] if id(conv) in factors else [f"{names[id(conv)]} ({type(conv).__name__})"]
+            )
+            return None
+        if conv.groups != 1 or min(conv.in_channels, conv.out_channels) < min_channels:
             return None
         fan_in = conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1]
         rank = latent_size(
@@ -416,21 +432,28 @@ def apply_factorization(
         )
         if rank > _max_rank_with_speedup(fan_in, conv.out_channels):
             return None
-        return FactorizedConv2d.from_conv2d(conv, latent_channels=rank)
+        refuse_parametrized(conv, names[id(conv)], "apply_factorization", _WS_ORDER)
+        new = FactorizedConv2d.from_conv2d(conv, latent_channels=rank)
+        new.module0, new.module1 = carry_decorations(conv, new.module0, new.module1)
+        return new
 
     def convert_linear(linear: nn.Module, _index: int) -> nn.Module | None:
         assert isinstance(linear, nn.Linear)
-        if id(linear) in factors or min(linear.in_features, linear.out_features) < min_features:
+        if id(linear) in factors or not layer_kind(linear, nn.Linear):
+            skipped.extend(
+                [] if id(linear) in factors else [f"{names[id(linear)]} ({type(linear).__name__})"]
+            )
+            return None
+        if min(linear.in_features, linear.out_features) < min_features:
             return None
         rank = latent_size(
             latent_features, "latent_features", min(linear.in_features, linear.out_features)
         )
         if rank > _max_rank_with_speedup(linear.in_features, linear.out_features):
             return None
+        refuse_parametrized(linear, names[id(linear)], "apply_factorization", _WS_ORDER)
         return FactorizedLinear.from_linear(linear, latent_features=rank)
 
-    opts = as_optimizer_list(optimizers)
-    names = {id(m): name for name, m in model.named_modules()}
     replaced = replace_chosen(
         model,
         "apply_factorization",
@@ -451,6 +474,7 @@ def apply_factorization(
         opts,
         qualifier=" whose factorization at the requested rank saves multiply-adds",
         none_chosen="layer to factorize (factorize_convs and factorize_linears are both False)",
+        skipped=skipped,
     )
     settle_new_parameters(names, replaced, opts, "apply_factorization", new_function=False)
     return model

@@ -53,6 +53,30 @@ _OPTIMIZERS = {
 _FORMS = {"fused": {"fused": True}, "foreach": {"foreach": True}, "single": {"foreach": False}}
 
 
+def _build(name: str, form: str, sam: bool) -> tuple[nn.Module, torch.optim.Optimizer]:
+    gen = torch.Generator()
+    model = nn.Sequential(nn.Conv2d(3, 6, 3), nn.ReLU(), nn.Conv2d(6, 4, 3))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(0.2 * torch.randn(p.shape, generator=gen.manual_seed(p.numel())))
+    opt: torch.optim.Optimizer = _OPTIMIZERS[name](model.parameters(), **_FORMS[form])
+    return model, (SAMOptimizer(opt, rho=0.05) if sam else opt)
+
+
+def _step(model: nn.Module, opt: torch.optim.Optimizer, inputs: torch.Tensor) -> None:
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = model(inputs).square().mean()
+        loss.backward()
+        return loss
+
+    if isinstance(opt, SAMOptimizer):
+        opt.step(closure)
+    else:
+        closure()
+        opt.step()
+
+
 @pytest.mark.parametrize("sam", [False, True], ids=["bare", "sam"])
 @pytest.mark.parametrize("form", list(_FORMS))
 @pytest.mark.parametrize("name", list(_OPTIMIZERS))
@@ -60,41 +84,18 @@ def test_mid_training_conversion_keeps_the_optimizer_state_paired(name, form, sa
     # Issue 32 §3: converted mid-training, the weights move to NHWC; a fused optimizer whose
     # state stayed NCHW paired the wrong elements (off by 0.005-0.05 after 3 steps). With the
     # optimizer passed, the run equals one that never changed layout.
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(4, 3, 8, 8, generator=gen)
-
-    def build() -> tuple[nn.Module, torch.optim.Optimizer]:
-        model = nn.Sequential(nn.Conv2d(3, 6, 3), nn.ReLU(), nn.Conv2d(6, 4, 3))
-        with torch.no_grad():
-            for p in model.parameters():
-                p.copy_(0.2 * torch.randn(p.shape, generator=gen.manual_seed(p.numel())))
-        opt: torch.optim.Optimizer = _OPTIMIZERS[name](model.parameters(), **_FORMS[form])
-        return model, (SAMOptimizer(opt, rho=0.05) if sam else opt)
-
-    def step(model: nn.Module, opt: torch.optim.Optimizer, inputs: torch.Tensor) -> None:
-        def closure() -> torch.Tensor:
-            opt.zero_grad()
-            loss = model(inputs).square().mean()
-            loss.backward()
-            return loss
-
-        if sam:
-            opt.step(closure)
-        else:
-            closure()
-            opt.step()
-
-    reference, reference_opt = build()
-    model, opt = build()
+    x = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    reference, reference_opt = _build(name, form, sam)
+    model, opt = _build(name, form, sam)
     for i in range(4):
-        step(reference, reference_opt, x)
-        step(model, opt, x.to(memory_format=torch.channels_last) if i >= 2 else x)
+        _step(reference, reference_opt, x)
+        _step(model, opt, x.to(memory_format=torch.channels_last) if i >= 2 else x)
         if i == 1:
             apply_channels_last(model, optimizers=opt)
-            for state in opt.state.values():
-                for value in state.values():
-                    if value.ndim == 4:
-                        assert value.is_contiguous(memory_format=torch.channels_last)
+            four_d = [v for s in opt.state.values() for v in s.values() if v.ndim == 4]
+            assert four_d and all(
+                v.is_contiguous(memory_format=torch.channels_last) for v in four_d
+            )
     for got, want in zip(model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
