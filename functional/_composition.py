@@ -39,6 +39,7 @@ __all__ = [
     "decorations",
     "inside_composites",
     "layer_kind",
+    "refuse_composite",
     "refuse_parametrized",
     "with_last_part",
 ]
@@ -139,6 +140,16 @@ def refuse_parametrized(module: nn.Module, name: str, transform: str, reason: st
         f"{transform} cannot convert {name or type(module).__name__}: its weight is parametrized "
         f"({found}, as apply_weight_standardization does) and {reason}"
     )
+
+
+def refuse_composite(layer: object, where: str, transform: str, reason: str) -> None:
+    """Raise ``ValueError`` for a layer another transform split in two (a factorized linear
+    layer), which ``transform`` cannot convert; ``reason`` says which order works."""
+    if isinstance(layer, nn.Module) and composite_parts(layer) is not None:
+        raise ValueError(
+            f"{transform} cannot convert {where}: it is a {type(layer).__name__}, split in two "
+            f"by apply_factorization; {reason}"
+        )
 
 
 def composite_parts(module: nn.Module) -> tuple[nn.Module, nn.Module] | None:

@@ -248,12 +248,11 @@ def apply_se(
 
     def convert(module: nn.Module, _index: int) -> nn.Module | None:
         parts = composite_parts(module)
-        if parts is not None:  # a factorized convolution: the block goes after its last part
+        if parts is not None and isinstance(parts[1], nn.Conv2d):
+            # a factorized convolution: the block goes after its last part
             if isinstance(parts[1], SqueezeExciteConv2d):
                 already.append(names[id(module)])
-            elif (
-                wide(module) and isinstance(parts[1], nn.Conv2d) and layer_kind(parts[1], nn.Conv2d)
-            ):
+            elif layer_kind(parts[1], nn.Conv2d) and wide(module):
                 block = SqueezeExciteConv2d.from_conv2d(parts[1], latent_channels=latent_channels)
                 return with_last_part(module, block)
             return None
