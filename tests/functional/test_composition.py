@@ -208,3 +208,21 @@ def test_the_reported_cases():
     excited = [m for m in model.modules() if isinstance(m, F.SqueezeExciteConv2d)]
     assert len(blurred) == 6 and len(excited) == 7
     assert all(parametrize.is_parametrized(m, "weight") for m in blurred + excited)
+
+
+def test_a_combined_layer_pickles_and_copies():
+    """A layer both blurred and squeeze-excited has a class made for it (as torch's
+    parametrize makes one); the whole model still saves with torch.save and deep-copies."""
+    import copy
+    import io
+
+    model, _ = _apply("resnet", ("squeeze_excite", "blurpool"))
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    x = torch.randn(2, 3, 32, 32, generator=_gen())
+    for other in (loaded, copy.deepcopy(model)):
+        layer = other.layer3[0].conv1
+        assert isinstance(layer, F.BlurConv2d) and isinstance(layer, F.SqueezeExciteConv2d)
+        torch.testing.assert_close(_outputs(other, x), _outputs(model, x))
