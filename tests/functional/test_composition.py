@@ -25,36 +25,32 @@ from tests.functional._model_checks import assert_optimizer_matches
 
 Transform = Callable[[nn.Module, torch.optim.Optimizer], object]
 
+
+def _vision(width: int, block: str, **factorization) -> dict[str, Transform]:
+    """The convolutional transforms, with thresholds that pick some layers of a model whose
+    widths start at ``width``, and stochastic depth on its ``block``."""
+    return {
+        "blurpool": lambda m, o: F.apply_blurpool(m, min_channels=width, optimizers=o),
+        "squeeze_excite": lambda m, o: F.apply_se(
+            m, latent_channels=0.25, min_channels=2 * width, optimizers=o
+        ),
+        "weight_standardization": lambda m, o: F.apply_weight_standardization(m, optimizers=o),
+        "factorization": lambda m, o: F.apply_factorization(m, optimizers=o, **factorization),
+        "channels_last": lambda m, o: F.apply_channels_last(m, optimizers=o),
+        "stochastic_depth": lambda m, o: F.apply_stochastic_depth(
+            m, "block", block, drop_rate=0.2, optimizers=o
+        ),
+    }
+
+
 _RESNET: dict[str, Transform] = {
-    "blurpool": lambda m, o: F.apply_blurpool(m, min_channels=64, optimizers=o),
-    "squeeze_excite": lambda m, o: F.apply_se(
-        m, latent_channels=0.25, min_channels=128, optimizers=o
-    ),
-    "weight_standardization": lambda m, o: F.apply_weight_standardization(m, optimizers=o),
-    "factorization": lambda m, o: F.apply_factorization(
-        m, min_channels=256, latent_channels=0.25, factorize_linears=False, optimizers=o
-    ),
+    **_vision(64, "ResNetBasicBlock", min_channels=256, factorize_linears=False),
     "ghost_batchnorm": lambda m, o: F.apply_ghost_batchnorm(m, ghost_batch_size=2, optimizers=o),
-    "channels_last": lambda m, o: F.apply_channels_last(m, optimizers=o),
-    "stochastic_depth": lambda m, o: F.apply_stochastic_depth(
-        m, "block", "ResNetBasicBlock", drop_rate=0.2, optimizers=o
-    ),
 }
 _CONVNEXT: dict[str, Transform] = {
-    "blurpool": lambda m, o: F.apply_blurpool(m, min_channels=8, optimizers=o),
-    "squeeze_excite": lambda m, o: F.apply_se(
-        m, latent_channels=0.25, min_channels=16, optimizers=o
-    ),
-    "weight_standardization": lambda m, o: F.apply_weight_standardization(m, optimizers=o),
-    "factorization": lambda m, o: F.apply_factorization(
-        m, min_channels=16, min_features=32, latent_features=0.25, optimizers=o
-    ),
+    **_vision(8, "TimmConvNeXtBlock", min_channels=16, min_features=32, latent_features=0.25),
     "low_precision_layernorm": lambda m, o: F.apply_low_precision_layernorm(
         m, torch.bfloat16, optimizers=o
-    ),
-    "channels_last": lambda m, o: F.apply_channels_last(m, optimizers=o),
-    "stochastic_depth": lambda m, o: F.apply_stochastic_depth(
-        m, "block", "TimmConvNeXtBlock", drop_rate=0.2, optimizers=o
     ),
 }
 _BERT: dict[str, Transform] = {
