@@ -83,7 +83,7 @@ def _clip_by_value_(params: list[torch.Tensor], threshold: float | torch.Tensor)
             # times, summed on use, so clamp the coalesced values (torch's clip_grad_value_
             # has no sparse kernel).
             grad = p.grad.coalesce()
-            grad._values().clamp_(-threshold, threshold)  # type: ignore[call-overload]
+            grad._values().clamp_(-threshold, threshold)  # type: ignore[arg-type]
             p.grad = grad
     grads = local_tensors([p.grad for p in params if p.grad is not None and not p.grad.is_sparse])
     for (device, dtype), (gs,) in group_by_device_and_dtype(grads).items():
