@@ -13,21 +13,29 @@ __all__ = ["apply_channels_last"]
 
 def _convert_optimizer_state(
     model: torch.nn.Module, optimizers: list[torch.optim.Optimizer]
-) -> None:
+) -> int:
     """Give every optimizer state tensor shaped like a 4-D parameter that parameter's strides.
 
     Fused optimizer kernels (``SGD``/``Adam``/``AdamW`` with ``fused=True``) walk a parameter,
     its gradient and its state as flat memory: a momentum buffer left in NCHW while the weight
     is NHWC would pair the wrong elements. The values are kept; only the strides change.
+    Returns how many state tensors changed layout.
     """
     four_d = {id(p): p for p in model.parameters() if p.ndim == 4}
+    changed = 0
     for opt in optimizers:
         for param, state in opt.state.items():
             if id(param) not in four_d or not isinstance(state, dict):
                 continue
             for key, value in state.items():
-                if isinstance(value, torch.Tensor) and value.shape == param.shape:
+                if (
+                    isinstance(value, torch.Tensor)
+                    and value.shape == param.shape
+                    and not value.is_contiguous(memory_format=torch.channels_last)
+                ):
                     state[key] = value.contiguous(memory_format=torch.channels_last)
+                    changed += 1
+    return changed
 
 
 def apply_channels_last(model: ModelT, optimizers: OptimizerArg = None) -> ModelT:
@@ -59,7 +67,7 @@ def apply_channels_last(model: ModelT, optimizers: OptimizerArg = None) -> Model
 
     Warns:
         surgery.NoEffectWarning: when the model has no 4-D parameter or buffer that is not
-            already channels-last.
+            already channels-last, and the optimizers no state tensor to convert.
 
     Example:
         >>> conv = torch.nn.Conv2d(3, 8, 3)
@@ -79,9 +87,8 @@ def apply_channels_last(model: ModelT, optimizers: OptimizerArg = None) -> Model
         t.ndim == 4 and not t.is_contiguous(memory_format=torch.channels_last)
         for t in (*model.parameters(), *model.buffers())
     )
-    if opts:
-        _convert_optimizer_state(model, opts)
-    if not to_convert:
+    state_changed = _convert_optimizer_state(model, opts) if opts else 0
+    if not to_convert and not state_changed:
         warn_no_effect(
             "apply_channels_last", "4-D parameters or buffers outside channels-last format"
         )
