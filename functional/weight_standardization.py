@@ -12,6 +12,7 @@ from torch.nn.utils import parametrize
 from functional._args import check_int, check_module
 from functional._numeric import accumulation_dtype
 from functional._policies import ModelT, warn_no_effect
+from surgery import OptimizerArg, as_optimizer_list
 
 __all__ = ["WeightStandardizer", "apply_weight_standardization"]
 
@@ -121,7 +122,9 @@ def _convs_in_call_order(model: nn.Module) -> tuple[list[nn.Module], bool]:
     return list(ordered.values()), True
 
 
-def apply_weight_standardization(model: ModelT, n_last_layers_ignore: int = 0) -> ModelT:
+def apply_weight_standardization(
+    model: ModelT, n_last_layers_ignore: int = 0, optimizers: OptimizerArg = None
+) -> ModelT:
     """Standardize the weights of the convolutions of ``model``, in place.
 
     Every ``nn.Conv1d/2d/3d`` (including subclasses) gets a :class:`WeightStandardizer`
@@ -149,6 +152,9 @@ def apply_weight_standardization(model: ModelT, n_last_layers_ignore: int = 0) -
     Args:
         model: the model to change in place.
         n_last_layers_ignore: number of final convolutions to leave unstandardized.
+        optimizers: optimizers holding ``model``'s parameters, accepted as by every model
+            transform; nothing in them changes, since the raw weights stay the same
+            ``Parameter`` objects.
 
     Returns:
         ``model``, changed in place.
@@ -168,6 +174,7 @@ def apply_weight_standardization(model: ModelT, n_last_layers_ignore: int = 0) -
     """
     check_module(model)
     n_last_layers_ignore = check_int(n_last_layers_ignore, "n_last_layers_ignore", minimum=0)
+    as_optimizer_list(optimizers)  # checked; the Parameters stay, so nothing else to do
     if n_last_layers_ignore:
         convs, traced = _convs_in_call_order(model)
         if not traced:
