@@ -8,6 +8,7 @@ buffer) and the built-in torchvision blocks :class:`StochasticBottleneck` and
 from __future__ import annotations
 
 import struct
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,6 +18,12 @@ from torchvision.models.resnet import BasicBlock, Bottleneck
 
 from functional._args import check_bool, check_int, check_one_of, check_probability
 from functional.stochastic_depth.generators import _DropGenerators, draw_bits, sample_bits
+from functional.stochastic_depth.replay import (
+    check_not_compiled_checkpoint,
+    forward_region,
+    recompute_region,
+    recomputing,
+)
 
 __all__ = ["StochasticBasicBlock", "StochasticBlock", "StochasticBottleneck"]
 
@@ -39,12 +46,6 @@ _EXTRA_STATE_KEY = "_extra_state"  # torch.nn.modules.module._EXTRA_STATE_KEY_SU
 
 def _rate_units(p: float) -> int:
     return round(p * _RATE_ONE)
-
-
-def _recomputing() -> bool:
-    """Whether this forward runs inside a backward pass: activation checkpointing recomputing
-    a checkpointed forward (reentrant or not); never true for an ordinary forward."""
-    return torch._C._current_graph_task_id() != -1
 
 
 def _begin_forward(block: StochasticBlock, args: Any) -> None:
@@ -102,6 +103,8 @@ class StochasticBlock(nn.Module):
     _replaying: bool = False  # this forward is a recompute: draws replay from the cursors
     _replay_draw: int = 0
     _replay_device_draws: torch.Tensor
+    # checkpoint region -> the host and device draw numbers its forward started from
+    _replay_starts: weakref.WeakKeyDictionary[object, tuple[int, torch.Tensor]] | None = None
 
     def _init_stochastic(
         self,
@@ -130,22 +133,39 @@ class StochasticBlock(nn.Module):
             self.register_forward_pre_hook(_begin_forward)
 
     def _begin_forward(self) -> None:
-        """Start a forward. An ordinary one counts its draws from zero. A recompute of
-        activation checkpointing (a forward run inside the backward pass, reentrant or not)
-        replays: it draws again the draw numbers of the forward it repeats (the last one), from
-        cursors moved back by that forward's counts, and leaves the counts as they are (it may
-        stop early, as non-reentrant checkpointing does)."""
+        """Start a forward. An ordinary one counts its draws from zero and, inside a checkpoint
+        region, remembers where its draws start. A recompute of activation checkpointing (a
+        forward run inside the backward pass, reentrant or not) replays: it draws again the
+        draw numbers of the forward it repeats (that of its region, or else the last one) and
+        leaves the counts as they are (it may stop early, as non-reentrant checkpointing does)."""
         if not self.training or self._drop_generators is None or torch.compiler.is_compiling():
             return  # compiled: no Python state (a mutation inside checkpoint's region breaks it)
-        replaying = _recomputing()
+        replaying = recomputing()
         object.__setattr__(self, "_replaying", replaying)
         if replaying:
-            object.__setattr__(self, "_replay_draw", self._draws - self._forward_draws)
-            replay_device = self.drop_draws - self._forward_device_draws
-            object.__setattr__(self, "_replay_device_draws", replay_device)
-        else:
-            object.__setattr__(self, "_forward_draws", 0)
-            object.__setattr__(self, "_forward_device_draws", 0)
+            draw, device_draw = self._replay_start()
+            object.__setattr__(self, "_replay_draw", draw)
+            object.__setattr__(self, "_replay_device_draws", device_draw)
+            return
+        object.__setattr__(self, "_forward_draws", 0)
+        object.__setattr__(self, "_forward_device_draws", 0)
+        region = forward_region()
+        if region is not None:
+            starts = self._replay_starts
+            if starts is None:
+                starts = weakref.WeakKeyDictionary()
+                object.__setattr__(self, "_replay_starts", starts)
+            starts[region] = (self._draws, self.drop_draws.clone())
+
+    def _replay_start(self) -> tuple[int, torch.Tensor]:
+        """The host and device draw numbers of the forward this recompute repeats: those its
+        region remembered, or (region unknown) those of the block's last forward."""
+        region = recompute_region()
+        starts = self._replay_starts
+        start = None if region is None or starts is None else starts.get(region)
+        if start is not None:
+            return start
+        return self._draws - self._forward_draws, self.drop_draws - self._forward_device_draws
 
     def _next_device_draw(self) -> torch.Tensor:
         """The draw number (a 0-d int64 tensor) of this device decision; counts it."""
@@ -256,6 +276,8 @@ class StochasticBlock(nn.Module):
         draws eager and compiled, and none of torch's random state. A block without streams
         draws from torch's default generator.
         """
+        if torch.compiler.is_compiling():
+            check_not_compiled_checkpoint(type(self).__name__)
         units = self.drop_rate_units.to(branch.device)
         block = self.stochastic_method == "block"
         shape = () if block else (branch.shape[0],) + (1,) * (branch.ndim - 1)
@@ -385,7 +407,7 @@ class StochasticBlock(nn.Module):
         """Pickle (and deep-copy) without the forward pre-hook and the replay cursors: unpickling
         adds the hook back, so a pickle names no private function of this module."""
         state = super().__getstate__()
-        for name in ("_replaying", "_replay_draw", "_replay_device_draws"):
+        for name in ("_replaying", "_replay_draw", "_replay_device_draws", "_replay_starts"):
             state.pop(name, None)
         hooks = state.get("_forward_pre_hooks")
         if hooks is not None and _begin_forward in hooks.values():
@@ -428,6 +450,32 @@ class StochasticBlock(nn.Module):
 
     def extra_repr(self) -> str:
         return f"drop_rate={self.drop_rate:.4g}, stochastic_method={self.stochastic_method!r}"
+
+
+_Positions = list[tuple[StochasticBlock, int, int, int]]
+
+
+def stream_positions(model: nn.Module) -> _Positions:
+    """The host draw counts of ``model``'s stochastic blocks, for
+    :func:`restore_stream_positions` after a pass that must not advance their streams (such
+    as ``select_using_loss``'s scoring; the device count is a buffer, restored with the
+    others). Host ints only, no device read; empty while compiling (compiled forwards count
+    on the device only)."""
+    if torch.compiler.is_compiling():
+        return []
+    return [
+        (m, m._draws, m._forward_draws, m._forward_device_draws)
+        for m in model.modules()
+        if isinstance(m, StochasticBlock)
+    ]
+
+
+def restore_stream_positions(positions: _Positions) -> None:
+    """Put back the counts that :func:`stream_positions` returned."""
+    for block, draws, forward_draws, forward_device_draws in positions:
+        object.__setattr__(block, "_draws", draws)
+        object.__setattr__(block, "_forward_draws", forward_draws)
+        object.__setattr__(block, "_forward_device_draws", forward_device_draws)
 
 
 class _TorchvisionResidual(StochasticBlock):
