@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as nnf
 
+from functional._deploy import NotScriptable
 from functional._args import check_bool, check_generator, check_module
 from functional._policies import ModelT, NoEffectReport, settle_new_parameters
 from functional._registry import Registry
@@ -64,7 +65,7 @@ _ACTIVATIONS: dict[str, Activation] = {
 }
 
 
-class GatedLinear(nn.Linear):
+class GatedLinear(NotScriptable, nn.Linear):
     """A linear layer whose output is gated: :math:`\\sigma(x W_g^T + b_g) \\odot (x W^T + b)`.
 
     ``weight`` and ``bias`` are the value path (an ``nn.Linear``'s own, so a converted layer

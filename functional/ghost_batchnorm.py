@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from functional._deploy import NotScriptable
 from functional._args import check_int, check_module
 from functional._policies import ModelT, clone_module_as, warn_no_effect
 from surgery import OptimizerArg, replace_module_classes
@@ -48,7 +49,7 @@ def _plan(batch: int, ghost_batch_size: int) -> list[_Block]:
     return blocks
 
 
-class _GhostBatchNorm(_BatchNorm):
+class _GhostBatchNorm(NotScriptable, _BatchNorm):
     """Shared implementation of :class:`GhostBatchNorm1d`/``2d``/``3d``."""
 
     ghost_batch_size: int

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as nnf
 
+from functional._deploy import NotScriptable
 from functional._args import check_module
 from functional._policies import ModelT, NoEffectReport, clone_module_as, warn_no_effect
 from functional._registry import Registry
@@ -63,7 +64,7 @@ def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
 _Norm = TypeVar("_Norm", bound="_LowPrecisionNorm")
 
 
-class _LowPrecisionNorm(nn.Module):
+class _LowPrecisionNorm(NotScriptable, nn.Module):
     """What the two layers share; mixed in before the norm class (``nn.LayerNorm``, ...).
 
     A subclass names its plain norm class in ``_plain`` and its functional op in

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from functional._deploy import NotScriptable
 from functional._args import check_int, check_module
 from functional._policies import (
     ModelT,
@@ -23,7 +24,7 @@ from surgery import OptimizerArg, as_optimizer_list, fill_missing_entries, repla
 __all__ = ["SqueezeExcite2d", "SqueezeExciteConv2d", "apply_se", "apply_squeeze_excite"]
 
 
-class SqueezeExcite2d(nn.Module):
+class SqueezeExcite2d(NotScriptable, nn.Module):
     """Squeeze-and-Excitation block: rescale each channel by a gate computed from all channels.
 
     .. math::
@@ -70,7 +71,7 @@ class SqueezeExcite2d(nn.Module):
         return input * gate[:, :, None, None]
 
 
-class SqueezeExciteConv2d(nn.Conv2d):
+class SqueezeExciteConv2d(NotScriptable, nn.Conv2d):
     """An ``nn.Conv2d`` followed by a :class:`SqueezeExcite2d` on its output.
 
     A subclass of ``nn.Conv2d``: the convolution's ``weight`` and ``bias`` keep their

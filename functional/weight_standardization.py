@@ -9,6 +9,7 @@ import torch.fx
 from torch import nn
 from torch.nn.utils import parametrize
 
+from functional._deploy import NotScriptable
 from functional._args import check_int, check_module
 from functional._numeric import accumulation_dtype
 from functional._policies import ModelT, warn_no_effect
@@ -18,7 +19,7 @@ __all__ = ["WeightStandardizer", "apply_weight_standardization"]
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
-class WeightStandardizer(nn.Module):
+class WeightStandardizer(NotScriptable, nn.Module):
     """Parametrization that standardizes a convolution weight per output channel.
 
     .. math::

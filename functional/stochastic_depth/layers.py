@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
+from functional._deploy import NotScriptable
 from functional._args import check_bool, check_int, check_one_of, check_probability
 from functional.stochastic_depth.generators import _DropGenerators, draw_bits, sample_bits
 from functional.stochastic_depth.replay import (
@@ -44,6 +45,14 @@ _STATE_SIZE = 5
 _EXTRA_STATE_KEY = "_extra_state"  # torch.nn.modules.module._EXTRA_STATE_KEY_SUFFIX
 
 
+# The way out torch.jit.script's refusal names (see functional._deploy.NotScriptable).
+_SCRIPT_HINT = (
+    "script the unconverted model (evaluation computes exactly what it computes) with these "
+    "weights: plain.load_state_dict({k: v for k, v in model.state_dict().items() "
+    "if not k.endswith('._extra_state')}), then torch.jit.script(plain.eval())"
+)
+
+
 def _rate_units(p: float) -> int:
     return round(p * _RATE_ONE)
 
@@ -53,7 +62,7 @@ def _begin_forward(block: StochasticBlock, args: Any) -> None:
     block._begin_forward()
 
 
-class StochasticBlock(nn.Module):
+class StochasticBlock(NotScriptable, nn.Module):
     """Mixin for residual blocks with stochastic depth; see :func:`register_stochastic_block`.
 
     A subclass defines ``forward`` and scales its residual branch with :meth:`drop_branch`
@@ -84,6 +93,7 @@ class StochasticBlock(nn.Module):
     too, ``strict=True`` included, and leaves them as they are).
     """
 
+    script_hint = _SCRIPT_HINT
     stochastic_method: str
     skip_dropped: bool
     drop_rate_units: torch.Tensor
