@@ -28,8 +28,8 @@ import torch
 from torch import nn
 from torch.nn import functional as nnf
 
-from functional._deploy import NotScriptable
 from functional._args import check_bool, check_generator, check_module
+from functional._deploy import NotScriptable
 from functional._policies import ModelT, NoEffectReport, settle_new_parameters
 from functional._registry import Registry
 from functional._transformer_layers import (
@@ -306,7 +306,7 @@ def apply_gated_linear_units(
     to train their gates instead; when ``optimizers`` are passed and none of them holds a
     trainable projection, its gate could join no param group and a ``UserWarning`` names it.
     On the ``meta`` device (shape-only model building) the gate is created without drawing
-    values; initialise the model after ``to_empty``.
+    values; initialise after ``to_empty``. Deploy: ``torch.export``; ``torch.jit.script`` refuses.
 
     Args:
         model: the model to transform in place (not wrapped in DDP/FSDP/``torch.compile``).

@@ -21,8 +21,8 @@ import torch
 from torch import nn
 from torch.nn import functional as nnf
 
-from functional._deploy import NotScriptable
 from functional._args import check_module
+from functional._deploy import NotScriptable
 from functional._policies import ModelT, NoEffectReport, clone_module_as, warn_no_effect
 from functional._registry import Registry
 from surgery import OptimizerArg, replace_modules
@@ -311,6 +311,10 @@ def apply_low_precision_layernorm(
     the float32 parameters in float32. Use bf16 on CPU; fp16 is meant for CUDA with a
     ``GradScaler``. The check of the autocast state is a Python-level query, so the layers
     compile to one graph with no break (a graph built under autocast is reused under it).
+
+    Deployment: in evaluation mode the transformed model exports with
+    ``torch.export.export`` (outputs equal eager); ``torch.jit.script`` cannot compile
+    its new layers and raises a ``TypeError`` naming ``torch.export``.
 
     Args:
         model: the model to change in place.

@@ -107,8 +107,9 @@ def _per_sample_loss(loss_fun: object) -> Callable[[torch.Tensor, torch.Tensor],
 def _check_takes_reduction(loss_fun: Callable[..., object]) -> None:
     """Refuse a ``loss_fun`` whose signature has no ``reduction`` keyword (nor ``**kwargs``)."""
     is_module = isinstance(loss_fun, torch.nn.Module)
+    target = loss_fun.forward if isinstance(loss_fun, torch.nn.Module) else loss_fun
     try:
-        params = inspect.signature(loss_fun.forward if is_module else loss_fun).parameters
+        params = inspect.signature(target).parameters
     except (TypeError, ValueError):  # builtins without a signature: trust the caller
         return
     if "reduction" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):

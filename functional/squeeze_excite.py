@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from functional._deploy import NotScriptable
 from functional._args import check_int, check_module
+from functional._deploy import NotScriptable
 from functional._policies import (
     ModelT,
     clone_module_as,
@@ -183,6 +183,10 @@ def apply_se(
     convolution's parameters, its block could join no param group: a ``UserWarning`` names it
     (its parameters stay trainable, for an optimizer you add them to). Convolutions of a frozen
     backbone are often narrow enough to skip with ``min_channels``.
+
+    Deployment: in evaluation mode the transformed model exports with
+    ``torch.export.export`` (outputs equal eager); ``torch.jit.script`` cannot compile
+    its new layers and raises a ``TypeError`` naming ``torch.export``.
 
     Args:
         model: the model to change in place.

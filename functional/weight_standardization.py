@@ -9,8 +9,8 @@ import torch.fx
 from torch import nn
 from torch.nn.utils import parametrize
 
-from functional._deploy import NotScriptable
 from functional._args import check_int, check_module
+from functional._deploy import NotScriptable
 from functional._numeric import accumulation_dtype
 from functional._policies import ModelT, warn_no_effect
 
@@ -146,6 +146,10 @@ def apply_weight_standardization(model: ModelT, n_last_layers_ignore: int = 0) -
     Autocast: the standardization runs in float32 (float64 for float64 weights) and returns the
     weight's dtype; the convolution then casts it to the autocast dtype as usual, so the layer's
     output dtype is the one the plain convolution gives.
+
+    Deployment: in evaluation mode the transformed model exports with
+    ``torch.export.export`` (outputs equal eager); ``torch.jit.script`` cannot compile
+    its new layers and raises a ``TypeError`` naming ``torch.export``.
 
     Args:
         model: the model to change in place.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from functional._deploy import NotScriptable
 from functional._args import check_int
+from functional._deploy import NotScriptable
 from functional.alibi.ops import alibi_bias, alibi_slopes
 
 __all__ = ["AlibiBias", "AlibiMultiheadAttention", "DisabledPositionEmbedding"]

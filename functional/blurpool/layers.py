@@ -9,8 +9,8 @@ import torch
 from torch import nn
 from torch.nn import functional as nnf
 
-from functional._deploy import NotScriptable
 from functional._args import check_bool, check_int, check_ndim, check_pair
+from functional._deploy import NotScriptable
 from functional._policies import clone_module_as
 from functional.blurpool.kernels import _DEFAULT_TAPS, _separable_blur
 from functional.blurpool.ops import _blurmax

@@ -16,8 +16,8 @@ import torch
 from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
-from functional._deploy import NotScriptable
 from functional._args import check_bool, check_int, check_one_of, check_probability
+from functional._deploy import NotScriptable
 from functional.stochastic_depth.generators import _DropGenerators, draw_bits, sample_bits
 from functional.stochastic_depth.replay import (
     check_not_compiled_checkpoint,

@@ -51,8 +51,13 @@ def _enclosing_local(code_name: str, local: str, code: Any = None) -> Any:
         if frame is None:
             return None
         f_code = frame.f_code
-        if (f_code is code) if code is not None else (
-            f_code.co_name == code_name and frame.f_globals.get("__name__") == "torch.utils.checkpoint"
+        if (
+            (f_code is code)
+            if code is not None
+            else (
+                f_code.co_name == code_name
+                and frame.f_globals.get("__name__") == "torch.utils.checkpoint"
+            )
         ):
             return frame.f_locals.get(local)
         frame = frame.f_back
@@ -91,7 +96,7 @@ def _in_traced_checkpoint() -> bool:
     try:
         from torch._dynamo.symbolic_convert import InstructionTranslator
 
-        tracer = InstructionTranslator.current_tx().output.current_tracer
+        tracer: Any = InstructionTranslator.current_tx().output.current_tracer
     except Exception:  # not tracing with dynamo, or its internals moved: nothing to refuse
         return False
     while tracer is not None:

@@ -114,6 +114,11 @@ def apply_stochastic_depth(
     decisions; everything above holds for them, except that timm computes a branch before its
     ``drop_path`` runs, so a dropped branch saves its backward only.
 
+    Deployment: in evaluation mode the transformed model exports with
+    ``torch.export.export`` (outputs equal eager); ``torch.jit.script`` cannot compile
+    its new layers and raises a ``TypeError`` naming ``torch.export`` (or script the
+    unconverted model loaded with these weights: evaluation is the same).
+
     Args:
         model: the model to change in place.
         stochastic_method: ``'block'`` or ``'sample'``.

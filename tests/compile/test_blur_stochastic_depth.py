@@ -440,7 +440,9 @@ def test_checkpointed_stochastic_blocks_refused_at_trace_time() -> None:
     model.layer2 = _Checkpointed(model.layer2)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="aot_eager")
-    with pytest.raises(RuntimeError, match=r"checkpoint under torch.compile.*torch.compiler.disable"):
+    with pytest.raises(
+        RuntimeError, match=r"checkpoint under torch.compile.*torch.compiler.disable"
+    ):
         compiled(torch.randn(2, 3, 32, 32))
     model.eval()  # no decisions in evaluation: nothing to refuse
     torch._dynamo.reset()

@@ -185,4 +185,3 @@ def test_timm_grad_checkpointing_gradients_equal_plain(
             torch.testing.assert_close(g, e)
     for e, g in zip(_extra_states(plain), _extra_states(checkpointed), strict=True):
         assert torch.equal(g, e)
-
