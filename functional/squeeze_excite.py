@@ -7,11 +7,12 @@ by one, keeping the convolution's parameter names so checkpoints keep loading; `
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from functional._args import check_int, check_module
-from functional._deploy import NotScriptable
 from functional._policies import (
     ModelT,
     clone_module_as,
@@ -24,7 +25,7 @@ from surgery import OptimizerArg, as_optimizer_list, fill_missing_entries, repla
 __all__ = ["SqueezeExcite2d", "SqueezeExciteConv2d", "apply_se", "apply_squeeze_excite"]
 
 
-class SqueezeExcite2d(NotScriptable, nn.Module):
+class SqueezeExcite2d(nn.Module):
     """Squeeze-and-Excitation block: rescale each channel by a gate computed from all channels.
 
     .. math::
@@ -71,7 +72,7 @@ class SqueezeExcite2d(NotScriptable, nn.Module):
         return input * gate[:, :, None, None]
 
 
-class SqueezeExciteConv2d(NotScriptable, nn.Conv2d):
+class SqueezeExciteConv2d(nn.Conv2d):
     """An ``nn.Conv2d`` followed by a :class:`SqueezeExcite2d` on its output.
 
     A subclass of ``nn.Conv2d``: the convolution's ``weight`` and ``bias`` keep their
@@ -107,7 +108,8 @@ class SqueezeExciteConv2d(NotScriptable, nn.Conv2d):
         Hu, Shen, Albanie, Sun and Wu, "Squeeze-and-Excitation Networks", CVPR 2018.
     """
 
-    se: SqueezeExcite2d
+    if TYPE_CHECKING:  # not a runtime annotation: TorchScript cannot read string ones
+        se: SqueezeExcite2d
 
     def __init__(
         self, *args, latent_channels: float = 0.125, conv: nn.Conv2d | None = None, **kwargs
@@ -149,7 +151,7 @@ class SqueezeExciteConv2d(NotScriptable, nn.Conv2d):
         return new
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return self.se(super().forward(input))
+        return self.se(self._conv_forward(input, self.weight, self.bias))  # scriptable
 
     def surgery_remap_state_dict(self, state_dict: dict[str, torch.Tensor], prefix: str) -> None:
         """Give a checkpoint of the plain convolution the block's current parameters."""
@@ -185,8 +187,7 @@ def apply_se(
     backbone are often narrow enough to skip with ``min_channels``.
 
     Deployment: in evaluation mode the transformed model exports with
-    ``torch.export.export`` (outputs equal eager); ``torch.jit.script`` cannot compile
-    its new layers and raises a ``TypeError`` naming ``torch.export``.
+    ``torch.export.export`` and scripts with ``torch.jit.script``, with the outputs of eager.
 
     Args:
         model: the model to change in place.

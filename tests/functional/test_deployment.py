@@ -40,7 +40,7 @@ _IMAGES = torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(1))
 # name -> (transformed model, scripts: True, or the refusal is expected)
 VISION: dict[str, tuple[Callable[[], nn.Module], bool]] = {
     "blurpool": (lambda: F.apply_blurpool(_resnet(), min_channels=0), False),
-    "squeeze_excite": (lambda: F.apply_squeeze_excite(_resnet(), min_channels=8), False),
+    "squeeze_excite": (lambda: F.apply_squeeze_excite(_resnet(), min_channels=8), True),
     "stochastic_depth_block": (
         lambda: F.apply_stochastic_depth(_resnet(), "block", "ResNetBottleneck"),
         False,
