@@ -12,7 +12,7 @@ model stops at once with a ``TypeError`` that names the layer and the way out.
 
 from __future__ import annotations
 
-from typing import ClassVar, NoReturn
+from typing import ClassVar
 
 __all__ = ["NotScriptable"]
 
@@ -24,7 +24,7 @@ class NotScriptable:
 
     script_hint: ClassVar[str] = ""
 
-    def __prepare_scriptable__(self) -> NoReturn:
+    def __prepare_scriptable__(self) -> object:  # never returns: a subclass may
         hint = f"; or {self.script_hint}" if self.script_hint else ""
         raise TypeError(
             f"torch.jit.script cannot compile {type(self).__name__}, a layer of this library's "

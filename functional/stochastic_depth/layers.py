@@ -115,6 +115,8 @@ class StochasticBlock(NotScriptable, nn.Module):
     _replay_device_draws: torch.Tensor
     # checkpoint region -> the host and device draw numbers its forward started from
     _replay_starts: weakref.WeakKeyDictionary[object, tuple[int, torch.Tensor]] | None = None
+    _begins_in_forward: bool = False  # True: forward calls _begin_forward (else a pre-hook)
+    __jit_unused_properties__ = ("drop_rate",)  # Python-side state: not for TorchScript
 
     def _init_stochastic(
         self,
@@ -139,6 +141,8 @@ class StochasticBlock(NotScriptable, nn.Module):
         self._hook_begin_forward()
 
     def _hook_begin_forward(self) -> None:
+        if self._begins_in_forward:
+            return  # the forward calls _begin_forward itself (no hook: TorchScript compiles hooks)
         if _begin_forward not in self._forward_pre_hooks.values():
             self.register_forward_pre_hook(_begin_forward)
 
@@ -490,7 +494,10 @@ def restore_stream_positions(positions: _Positions) -> None:
 
 class _TorchvisionResidual(StochasticBlock):
     """The constructor and forward of the stochastic torchvision ResNet blocks; a subclass,
-    mixed in before the torchvision block, computes the residual branch in ``_branch``."""
+    mixed in before the torchvision block, computes the residual branch in ``_branch``. In
+    evaluation the forward is TorchScript's: ``torch.jit.script(model.eval())`` compiles it."""
+
+    _begins_in_forward = True
 
     # The torchvision blocks' submodules (torchvision ships no type information).
     downsample: nn.Module | None
@@ -511,9 +518,30 @@ class _TorchvisionResidual(StochasticBlock):
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            return self._forward_training(x)
+        # Evaluation: exactly the torchvision block, in TorchScript's subset of Python.
+        identity = x
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        return torch.relu(self._branch(x) + identity)
+
+    @torch.jit.unused
+    def _forward_training(self, x: torch.Tensor) -> torch.Tensor:
+        self._begin_forward()
         identity = x if self.downsample is None else self.downsample(x)
         # not self.relu (in place): a dropped block returns relu(identity), and identity may be x
         return torch.relu(self._add(identity, lambda: self._branch(x), in_place=True))
+
+    def __prepare_scriptable__(self) -> _TorchvisionResidual:
+        """``torch.jit.script`` compiles the evaluation forward only: refused in training."""
+        if self.training:
+            raise TypeError(
+                f"torch.jit.script compiles a {type(self).__name__} in evaluation mode only (a "
+                "scripted model has no stochastic depth): script model.eval(), or export the "
+                "model with torch.export.export"
+            )
+        return self
 
 
 class StochasticBottleneck(_TorchvisionResidual, Bottleneck):
@@ -581,3 +609,11 @@ class StochasticBasicBlock(_TorchvisionResidual, BasicBlock):
 
     def _branch(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+
+
+# TorchScript reads the first class annotations in the MRO, and ours are strings (postponed
+# evaluation) that it cannot resolve: it gets the torchvision blocks' own instead.
+StochasticBottleneck.__annotations__ = dict(Bottleneck.__annotations__)
+StochasticBasicBlock.__annotations__ = dict(BasicBlock.__annotations__)
+# TorchScript reads the signature of an unused method too: the types, not their strings.
+_TorchvisionResidual._forward_training.__annotations__ = {"x": torch.Tensor, "return": torch.Tensor}

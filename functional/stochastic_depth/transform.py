@@ -115,9 +115,11 @@ def apply_stochastic_depth(
     ``drop_path`` runs, so a dropped branch saves its backward only.
 
     Deployment: in evaluation mode the transformed model exports with
-    ``torch.export.export`` (outputs equal eager); ``torch.jit.script`` cannot compile
-    its new layers and raises a ``TypeError`` naming ``torch.export`` (or script the
-    unconverted model loaded with these weights: evaluation is the same).
+    ``torch.export.export`` (outputs equal eager), and with torchvision's blocks it scripts
+    with ``torch.jit.script(model.eval())`` (the scripted model is the evaluation forward;
+    scripting in training mode is refused). timm's and registered blocks refuse scripting
+    with a ``TypeError`` naming ``torch.export`` and the unconverted model loaded with these
+    weights (evaluation computes the same).
 
     Args:
         model: the model to change in place.

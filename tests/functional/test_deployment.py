@@ -43,11 +43,11 @@ VISION: dict[str, tuple[Callable[[], nn.Module], bool]] = {
     "squeeze_excite": (lambda: F.apply_squeeze_excite(_resnet(), min_channels=8), True),
     "stochastic_depth_block": (
         lambda: F.apply_stochastic_depth(_resnet(), "block", "ResNetBottleneck"),
-        False,
+        True,
     ),
     "stochastic_depth_sample": (
         lambda: F.apply_stochastic_depth(_resnet(), "sample", "ResNetBottleneck"),
-        False,
+        True,
     ),
     "weight_standardization": (lambda: F.apply_weight_standardization(_resnet()), False),
     "ghost_batchnorm": (lambda: F.apply_ghost_batchnorm(_resnet(), ghost_batch_size=1), False),
@@ -93,17 +93,20 @@ def test_vision_transform_exports_and_scripts_or_names_the_way_out(name: str) ->
     torch.testing.assert_close(model(_IMAGES), expected)  # scripting left the model as it was
 
 
-def test_stochastic_depth_refusal_names_scripting_the_unconverted_model() -> None:
-    """The way out the refusal names: the unconverted model, with these weights, scripts and
-    computes what the converted one computes in evaluation."""
-    model = F.apply_stochastic_depth(_resnet(), "block", "ResNetBottleneck").eval()
-    with pytest.raises(TypeError, match=r"StochasticBottleneck.*script the unconverted model"):
-        torch.jit.script(model)
+def test_stochastic_depth_scripts_in_evaluation_only() -> None:
+    """Scripted, a stochastic-depth ResNet is the unconverted model (evaluation); scripting it
+    in training mode is refused, naming ``model.eval()``, and leaves it training as before."""
+    model = F.apply_stochastic_depth(_resnet(), "block", "ResNetBottleneck", drop_rate=0.5)
+    with pytest.raises(TypeError, match=r"StochasticBottleneck in evaluation mode only.*eval\(\)"):
+        torch.jit.script(model.train())
     plain = _resnet()
-    state = {k: v for k, v in model.state_dict().items() if not k.endswith("._extra_state")}
-    plain.load_state_dict(state)
     with torch.no_grad():
-        torch.testing.assert_close(torch.jit.script(plain.eval())(_IMAGES), model(_IMAGES))
+        torch.testing.assert_close(
+            torch.jit.script(model.eval())(_IMAGES), torch.jit.script(plain.eval())(_IMAGES)
+        )
+    model.train()
+    model(_IMAGES).sum().backward()  # still trains after scripting (the Python forward)
+    assert any(p.grad is not None for p in model.parameters())
 
 
 @pytest.mark.slow
