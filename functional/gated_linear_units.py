@@ -33,6 +33,7 @@ from torch.nn import functional as nnf
 
 from functional._args import check_bool, check_generator, check_module
 from functional._composition import refuse_composite
+from functional._deploy import NotScriptable
 from functional._policies import ModelT, NoEffectReport, settle_new_parameters
 from functional._registry import Registry
 from functional._transformer_layers import (
@@ -68,7 +69,7 @@ _ACTIVATIONS: dict[str, Activation] = {
 }
 
 
-class GatedLinear(nn.Linear):
+class GatedLinear(NotScriptable, nn.Linear):
     """A linear layer whose output is gated: :math:`\\sigma(x W_g^T + b_g) \\odot (x W^T + b)`.
 
     ``weight`` and ``bias`` are the value path (an ``nn.Linear``'s own, so a converted layer
@@ -309,7 +310,7 @@ def apply_gated_linear_units(
     to train their gates instead; when ``optimizers`` are passed and none of them holds a
     trainable projection, its gate could join no param group and a ``UserWarning`` names it.
     On the ``meta`` device (shape-only model building) the gate is created without drawing
-    values; initialise the model after ``to_empty``.
+    values; initialise after ``to_empty``. Deploy: ``torch.export``; ``torch.jit.script`` refuses.
 
     Args:
         model: the model to transform in place (not wrapped in DDP/FSDP/``torch.compile``).

@@ -7,7 +7,7 @@ by one, keeping the convolution's parameter names so checkpoints keep loading; `
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -115,7 +115,8 @@ class SqueezeExciteConv2d(nn.Conv2d):
         Hu, Shen, Albanie, Sun and Wu, "Squeeze-and-Excitation Networks", CVPR 2018.
     """
 
-    se: SqueezeExcite2d
+    if TYPE_CHECKING:  # not a runtime annotation: TorchScript cannot read string ones
+        se: SqueezeExcite2d
 
     # A decoration of nn.Conv2d (functional/_composition.py): other transforms see through it;
     # it wraps a blurred convolution, and goes on the last factor when factorized.
@@ -172,7 +173,7 @@ class SqueezeExciteConv2d(nn.Conv2d):
         return new
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return self.se(super().forward(input))
+        return self.se(self._conv_forward(input, self.weight, self.bias))  # scriptable
 
     def surgery_remap_state_dict(self, state_dict: dict[str, torch.Tensor], prefix: str) -> None:
         """Give a checkpoint of the plain convolution the block's current parameters."""
@@ -210,6 +211,9 @@ def apply_se(
     convolution's parameters, its block could join no param group: a ``UserWarning`` names it
     (its parameters stay trainable, for an optimizer you add them to). Convolutions of a frozen
     backbone are often narrow enough to skip with ``min_channels``.
+
+    Deployment: in evaluation mode the transformed model exports with
+    ``torch.export.export`` and scripts with ``torch.jit.script``, with the outputs of eager.
 
     Args:
         model: the model to change in place.

@@ -10,6 +10,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from functional._args import check_int, check_module
+from functional._deploy import NotScriptable
 from functional._numeric import accumulation_dtype
 from functional._policies import ModelT, warn_no_effect
 from surgery import OptimizerArg, as_optimizer_list
@@ -19,7 +20,7 @@ __all__ = ["WeightStandardizer", "apply_weight_standardization"]
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
-class WeightStandardizer(nn.Module):
+class WeightStandardizer(NotScriptable, nn.Module):
     """Parametrization that standardizes a convolution weight per output channel.
 
     .. math::
@@ -148,6 +149,10 @@ def apply_weight_standardization(
     Autocast: the standardization runs in float32 (float64 for float64 weights) and returns the
     weight's dtype; the convolution then casts it to the autocast dtype as usual, so the layer's
     output dtype is the one the plain convolution gives.
+
+    Deployment: in evaluation mode the transformed model exports with
+    ``torch.export.export`` (outputs equal eager); ``torch.jit.script`` cannot compile
+    its new layers and raises a ``TypeError`` naming ``torch.export``.
 
     Args:
         model: the model to change in place.

@@ -11,6 +11,7 @@ from torch.nn import functional as nnf
 
 from functional._args import check_bool, check_int, check_ndim, check_pair
 from functional._composition import decorate
+from functional._deploy import NotScriptable
 from functional.blurpool.kernels import _DEFAULT_TAPS, _separable_blur
 from functional.blurpool.ops import _blurmax
 
@@ -22,7 +23,7 @@ def _binomial_taps(*, device=None, dtype=None) -> torch.Tensor:
     return torch.tensor(_DEFAULT_TAPS, device=device, dtype=dtype or torch.get_default_dtype())
 
 
-class _BlurTaps:
+class _BlurTaps(NotScriptable):
     """The layers' filter: a non-persistent buffer ``blur_taps`` of 1-D taps ``t`` (default
     ``[1, 2, 1] / 4``), the filter being ``outer(t, t)`` for every channel.
 

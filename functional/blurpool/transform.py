@@ -41,6 +41,10 @@ def apply_blurpool(
     (a blurred max has no indices); ``ceil_mode=True`` pools are converted, and keep their
     output size exactly (see :func:`blurmax_pool2d`).
 
+    Deployment: in evaluation mode the transformed model exports with
+    ``torch.export.export`` (outputs equal eager); ``torch.jit.script`` cannot compile
+    its new layers and raises a ``TypeError`` naming ``torch.export``.
+
     Args:
         model: the model to change in place.
         replace_convs: convert strided convolutions.
