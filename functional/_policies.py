@@ -162,18 +162,30 @@ def replace_chosen(
     *,
     none_chosen: str,
     qualifier: str = "",
+    skipped: Sequence[str] = (),
 ) -> dict[nn.Module, nn.Module]:
     """Run the policies a transform's switches turned on; warn when nothing was replaced.
 
     ``choices`` holds ``(switch, layer class, policy, what it looks for)``; the policies of the
-    switched-on choices run on exact instances of their classes. When nothing is replaced the
-    :class:`surgery.NoEffectWarning` names what the switched-on choices look for, joined by
-    "or" and followed by ``qualifier``, or says ``none_chosen`` when every switch is off.
-    Returns ``replace_module_classes``'s mapping of old to new modules.
+    switched-on choices run on instances of their classes, subclasses included (a policy
+    decides what it takes, see :func:`functional._composition.layer_kind`). ``skipped`` is a
+    list the policies fill during the run with the layers they recognised but left alone (a
+    subclass with a forward of its own): when nothing is replaced, the
+    :class:`surgery.NoEffectWarning` names them; when nothing was skipped either, it names what the switched-on choices
+    look for, joined by "or" and followed by ``qualifier``, or says ``none_chosen`` when every
+    switch is off. Returns ``replace_module_classes``'s mapping of old to new modules.
     """
     policies = {cls: policy for on, cls, policy, _ in choices if on}
-    replaced = replace_module_classes(model, policies, optimizers=optimizers, exact_type=True)
-    if not replaced:
+    replaced = replace_module_classes(model, policies, optimizers=optimizers)
+    if skipped and not replaced:
+        warnings.warn(
+            f"{transform} changed nothing: it left these layers unchanged, subclasses with a "
+            f"forward of their own that no transform of this library made: "
+            f"{', '.join(sorted(set(skipped)))}",
+            NoEffectWarning,
+            stacklevel=4,
+        )
+    elif not replaced:
         looked_for = [what for on, _, _, what in choices if on]
         warn_no_effect(
             transform,

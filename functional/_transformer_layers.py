@@ -14,10 +14,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from functional._deploy import NotScriptable
+
 __all__ = ["ModularTransformerEncoderLayer", "disable_nested_tensor", "make_modular"]
 
 
-class ModularTransformerEncoderLayer(nn.TransformerEncoderLayer):
+class ModularTransformerEncoderLayer(NotScriptable, nn.TransformerEncoderLayer):
     """An ``nn.TransformerEncoderLayer`` that always runs its submodules one by one.
 
     It computes what ``nn.TransformerEncoderLayer`` computes on its module-by-module path (post- or

@@ -17,6 +17,9 @@ Reference: N. Shazeer. *GLU Variants Improve Transformer.* 2020. https://arxiv.o
 Y. N. Dauphin et al. *Language Modeling with Gated Convolutional Networks.* ICML 2017.
 """
 
+# Long file: one algorithm kept whole: the layer, its registry of feed-forward blocks and the
+# transform that finds, gates and reports them; a module docstring with the maths.
+
 from __future__ import annotations
 
 import math
@@ -29,6 +32,8 @@ from torch import nn
 from torch.nn import functional as nnf
 
 from functional._args import check_bool, check_generator, check_module
+from functional._composition import refuse_composite
+from functional._deploy import NotScriptable
 from functional._policies import ModelT, NoEffectReport, settle_new_parameters
 from functional._registry import Registry
 from functional._transformer_layers import (
@@ -64,7 +69,7 @@ _ACTIVATIONS: dict[str, Activation] = {
 }
 
 
-class GatedLinear(nn.Linear):
+class GatedLinear(NotScriptable, nn.Linear):
     """A linear layer whose output is gated: :math:`\\sigma(x W_g^T + b_g) \\odot (x W^T + b)`.
 
     ``weight`` and ``bias`` are the value path (an ``nn.Linear``'s own, so a converted layer
@@ -305,7 +310,7 @@ def apply_gated_linear_units(
     to train their gates instead; when ``optimizers`` are passed and none of them holds a
     trainable projection, its gate could join no param group and a ``UserWarning`` names it.
     On the ``meta`` device (shape-only model building) the gate is created without drawing
-    values; initialise the model after ``to_empty``.
+    values; initialise after ``to_empty``. Deploy: ``torch.export``; ``torch.jit.script`` refuses.
 
     Args:
         model: the model to transform in place (not wrapped in DDP/FSDP/``torch.compile``).
@@ -405,6 +410,9 @@ class _Found:
     skipped: list[str] = field(default_factory=list)
 
 
+_FACTORIZED = "apply apply_gated_linear_units first, then apply_factorization (which skips gates)"
+
+
 def _find_blocks(model: nn.Module) -> _Found:
     registered = _FEED_FORWARD_BLOCKS.snapshot()
     found = _Found()
@@ -412,6 +420,8 @@ def _find_blocks(model: nn.Module) -> _Found:
         attributes = next((registered[c] for c in type(module).__mro__ if c in registered), None)
         if attributes is not None:
             linear = getattr(module, attributes[0], None)
+            where = f"{type(module).__qualname__}.{attributes[0]}"
+            refuse_composite(linear, where, "apply_gated_linear_units", _FACTORIZED)
             if not isinstance(linear, nn.Linear) or not callable(
                 getattr(module, attributes[1], None)
             ):

@@ -17,6 +17,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from functional._args import check_int, check_module
+from functional._deploy import NotScriptable
 from functional._policies import ModelT, clone_module_as, warn_no_effect
 from surgery import OptimizerArg, replace_module_classes
 
@@ -48,7 +49,7 @@ def _plan(batch: int, ghost_batch_size: int) -> list[_Block]:
     return blocks
 
 
-class _GhostBatchNorm(_BatchNorm):
+class _GhostBatchNorm(NotScriptable, _BatchNorm):
     """Shared implementation of :class:`GhostBatchNorm1d`/``2d``/``3d``."""
 
     ghost_batch_size: int
@@ -347,6 +348,10 @@ def apply_ghost_batchnorm(
     and an activation, in EfficientNet, MobileNetV3, RegNet, ...), which becomes a
     :class:`GhostBatchNormAct2d` that keeps its activation. Parameters and buffers are shared,
     not copied, so optimizer state, pretrained statistics and state_dict keys are kept.
+
+    Deployment: in evaluation mode the transformed model exports with
+    ``torch.export.export`` (outputs equal eager); ``torch.jit.script`` cannot compile
+    its new layers and raises a ``TypeError`` naming ``torch.export``.
 
     Args:
         model: the model to change in place.

@@ -77,7 +77,15 @@ def _clip_by_value_(params: list[torch.Tensor], threshold: float | torch.Tensor)
     The bound is rounded to each gradient's dtype: one beyond its range (1e300 for float32,
     1e5 for float16) is infinite there, and leaves that group unchanged.
     """
-    grads = local_tensors([p.grad for p in params if p.grad is not None])
+    for p in params:
+        if p.grad is not None and p.grad.is_sparse:
+            # Sparse COO gradients (nn.Embedding(sparse=True)): a row may be stored several
+            # times, summed on use, so clamp the coalesced values (torch's clip_grad_value_
+            # has no sparse kernel).
+            grad = p.grad.coalesce()
+            grad._values().clamp_(-threshold, threshold)  # type: ignore[arg-type]
+            p.grad = grad
+    grads = local_tensors([p.grad for p in params if p.grad is not None and not p.grad.is_sparse])
     for (device, dtype), (gs,) in group_by_device_and_dtype(grads).items():
         if isinstance(threshold, torch.Tensor) or torch.compiler.is_compiling():
             # A tensor bound (or a float under compile, which a Scalar argument would
@@ -97,7 +105,10 @@ def _clip_by_norm_(params: list[torch.Tensor], threshold: float | torch.Tensor) 
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return torch.zeros((), dtype=torch.float32)
-    total = foreach_total_norm(grads)
+    sparse = [g for g in grads if g.is_sparse]
+    if sparse:
+        grads = [g for g in grads if not g.is_sparse]
+    total = _sparse_aware_norm(grads, sparse)
     denom = total + 1e-6
     if isinstance(threshold, torch.Tensor):
         threshold = threshold.to(denom.dtype)  # rounded as a Python float would be
@@ -107,7 +118,25 @@ def _clip_by_norm_(params: list[torch.Tensor], threshold: float | torch.Tensor) 
     coef = torch.where(denom <= threshold, 1.0, threshold / denom)
     for (device, _), (gs,) in group_by_device_and_dtype(local_tensors(grads)).items():
         torch._foreach_mul_(gs, coef.to(device))
+    for g in sparse:
+        g.mul_(coef.to(device=g.device, dtype=g.dtype))
     return total
+
+
+def _sparse_aware_norm(dense: list[torch.Tensor], sparse: list[torch.Tensor]) -> torch.Tensor:
+    """The L2 norm of dense and sparse COO gradients together (a sparse gradient's norm is that
+    of its coalesced values: a row stored twice counts once, summed)."""
+    if not sparse:
+        return foreach_total_norm(dense)
+    dtype = (
+        torch.float64 if any(g.dtype == torch.float64 for g in dense + sparse) else torch.float32
+    )
+    device = (dense or sparse)[0].device
+    parts = [foreach_total_norm(dense).to(device=device, dtype=dtype)] if dense else []
+    parts += [
+        torch.linalg.vector_norm(g.coalesce()._values(), dtype=dtype).to(device) for g in sparse
+    ]
+    return torch.linalg.vector_norm(torch.stack(parts))
 
 
 def _coefficients(
@@ -383,7 +412,9 @@ def apply_gradient_clipping(
     r"""Clip the gradients of ``parameters`` in place, by global norm, by value or unit-wise.
 
     Parameters whose ``.grad`` is None are skipped. Call it after ``backward()`` and before
-    ``optimizer.step()`` (after ``scaler.unscale_(optimizer)`` under AMP).
+    ``optimizer.step()`` (after ``scaler.unscale_(optimizer)`` under AMP). A per-step op, not
+    a model transform despite its ``apply_`` name: it changes gradients, not the model, and
+    takes no ``optimizers=``.
 
     - ``'norm'``: if the L2 norm of all gradients together exceeds ``clipping_threshold``,
       scale them all by ``clipping_threshold / (norm + 1e-6)`` (the rule of
@@ -391,6 +422,12 @@ def apply_gradient_clipping(
       float64 gradients).
     - ``'value'``: clamp every gradient entry to ``[-clipping_threshold, clipping_threshold]``
       (the rule of ``torch.nn.utils.clip_grad_value_``).
+
+    Sparse gradients (``nn.Embedding(sparse=True)``) are clipped as torch clips them: by
+    ``'norm'``, counted in the global norm through their coalesced values and scaled with the
+    rest; by ``'value'``, coalesced (a row stored twice is one summed row) and clamped, so
+    ``.grad`` becomes the coalesced tensor (torch's ``clip_grad_value_`` has no sparse kernel).
+    ``'adaptive'`` refuses them with a ``TypeError`` (a unit's norm needs its whole row).
     - ``'adaptive'``: adaptive gradient clipping (AGC), unit by unit. For a unit with weights
       :math:`W_i` and gradient :math:`G_i`, with :math:`\lambda` = ``clipping_threshold``:
 
@@ -479,7 +516,9 @@ def apply_gradient_clipping(
         if p.grad is not None:
             if p.grad.is_sparse:
                 raise TypeError(
-                    "apply_gradient_clipping('adaptive') does not support sparse gradients"
+                    "apply_gradient_clipping('adaptive') does not support sparse gradients (an "
+                    "nn.Embedding(sparse=True), for example): a row's unit norm needs the whole "
+                    "row; clip them with 'norm' or 'value', or make the embedding dense"
                 )
             weights.append(p.detach())
             grads.append(p.grad)

@@ -23,6 +23,7 @@ from torch import nn
 from torch.nn import functional as nnf
 
 from functional._args import check_module
+from functional._deploy import NotScriptable
 from functional._policies import ModelT, NoEffectReport, clone_module_as, warn_no_effect
 from functional._registry import Registry
 from surgery import OptimizerArg, replace_modules
@@ -88,7 +89,7 @@ def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
 _Norm = TypeVar("_Norm", bound="_LowPrecisionNorm")
 
 
-class _LowPrecisionNorm(nn.Module):
+class _LowPrecisionNorm(NotScriptable, nn.Module):
     """What the two layers share; mixed in before the norm class (``nn.LayerNorm``, ...).
 
     A subclass names its plain norm class in ``_plain`` and its functional op in
@@ -337,6 +338,10 @@ def apply_low_precision_layernorm(
     the float32 parameters in float32. Use bf16 on CPU; fp16 is meant for CUDA with a
     ``GradScaler``. The check of the autocast state is a Python-level query, so the layers
     compile to one graph with no break (a graph built under autocast is reused under it).
+
+    Deployment: in evaluation mode the transformed model exports with
+    ``torch.export.export`` (outputs equal eager); ``torch.jit.script`` cannot compile
+    its new layers and raises a ``TypeError`` naming ``torch.export``.
 
     Args:
         model: the model to change in place.

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.amp.grad_scaler import OptState
 from torch.optim import Optimizer
 
 from functional._args import check_int, check_positive
@@ -124,6 +125,16 @@ class SAMOptimizer(Optimizer):
     the gradient norm (a factor rounded to float16 would be subnormal beyond
     :math:`\lVert g\rVert \approx 820`); a perturbation below a weight's resolution still
     rounds away, as any update that small does.
+
+    Gradient clipping: clip in a step pre-hook of the base optimizer,
+    ``opt.base_optimizer.register_step_pre_hook(clip)``, where ``clip(*_)`` calls
+    ``F.apply_gradient_clipping(params, 'norm', max_norm)`` and returns None. It runs right before each base step, on the gradients the update
+    uses (those of the perturbed pass on a SAM step), after SAM has unscaled them: the
+    threshold applies to true gradients, with or without a grad scaler, and a step skipped for
+    inf/NaN does not run it (a fused base optimizer runs it and then skips on the device). Do
+    not call ``scaler.unscale_`` in the closure: SAM unscales each pass itself, and says so
+    with a ``RuntimeError``. (Clipping the first pass's gradients would not change the
+    perturbation's direction for ``'norm'``: it is normalised.)
 
     Device and compile behaviour: without a grad scaler (or with a fused base optimizer) a
     step reads no tensor value on the host. The step counter is a 0-d CPU tensor, so the step
@@ -339,6 +350,14 @@ class SAMOptimizer(Optimizer):
         scaler = self.grad_scaler
         if scaler is None or not scaler.is_enabled():
             return None
+        if scaler._per_optimizer_states[id(owner)]["stage"] is OptState.UNSCALED:
+            raise RuntimeError(
+                "scaler.unscale_() was already called on this SAMOptimizer in this step (in the "
+                "closure?); SAM unscales each pass itself. To clip the true gradients, clip in "
+                "a step pre-hook of the base optimizer, which runs after SAM has unscaled them: "
+                "opt.base_optimizer.register_step_pre_hook(clip), where clip(*_) calls "
+                "F.apply_gradient_clipping(model.parameters(), 'norm', 1.0) and returns None"
+            )
         scaler.unscale_(owner)  # type: ignore[arg-type]
         # GradScaler keeps the inf/NaN flags it just computed per optimizer (keyed by id); this is
         # where GradScaler.step takes them from too.

@@ -25,6 +25,7 @@ from functional._args import (
 )
 from functional._batch import random_device
 from functional._numeric import sym_floor
+from functional.stochastic_depth.layers import restore_stream_positions, stream_positions
 
 __all__ = ["select_using_loss", "should_selective_backprop"]
 
@@ -90,28 +91,42 @@ def _per_sample_loss(loss_fun: object) -> Callable[[torch.Tensor, torch.Tensor],
     used with every setting it was built with except its reduction, which is ``'none'`` for
     the scoring call (and restored right after): selection needs per-sample losses,
     and a module built with ``reduction='mean'`` (the default) is what users naturally pass.
-    Any other callable is called as ``loss_fun(output, y, reduction='none')`` and must accept
-    that keyword (checked here, before the scoring pass).
+    Any other callable (another ``nn.Module`` included: its ``forward`` is checked) is called
+    as ``loss_fun(output, y, reduction='none')`` and must accept that keyword (checked here,
+    before the scoring pass).
     """
     if not callable(loss_fun):
         raise TypeError(f"loss_fun must be callable, got {type(loss_fun).__name__}")
     if isinstance(loss_fun, _Loss):
         return functools.partial(_unreduced, loss_fun)
-    params = None
     if not torch.compiler.is_compiling():  # dynamo cannot trace inspect; eager calls check it
-        try:
-            params = inspect.signature(loss_fun).parameters
-        except (TypeError, ValueError):  # builtins without a signature: trust the caller
-            pass
-    if params is not None:
-        takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-        if "reduction" not in params and not takes_kwargs:
-            raise TypeError(
-                "loss_fun must take a keyword argument `reduction`. It is called as "
-                "loss_fun(output, y, reduction='none'); use e.g. torch.nn.functional.cross_entropy "
-                "or a torch.nn loss module"
-            )
+        _check_takes_reduction(loss_fun)
     return functools.partial(loss_fun, reduction="none")
+
+
+def _check_takes_reduction(loss_fun: Callable[..., object]) -> None:
+    """Refuse a ``loss_fun`` whose signature has no ``reduction`` keyword (nor ``**kwargs``)."""
+    is_module = isinstance(loss_fun, torch.nn.Module)
+    target = loss_fun.forward if isinstance(loss_fun, torch.nn.Module) else loss_fun
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):  # builtins without a signature: trust the caller
+        return
+    if "reduction" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    what = (
+        f"a {type(loss_fun).__name__} module whose forward has no `reduction` argument"
+        if is_module
+        else "a callable without a `reduction` argument"
+    )
+    raise TypeError(  # its first sentence is Composer's, which its own tests match
+        "loss_fun must take a keyword argument `reduction`. It is called as "
+        f"loss_fun(output, y, reduction='none') to score each sample; got {what}. Pass a "
+        "torch.nn loss module (nn.CrossEntropyLoss(...)), a function such as "
+        "torch.nn.functional.cross_entropy, or a wrapper that returns one loss per sample, "
+        "e.g. loss_fun=lambda output, y, reduction='none': "
+        "-(y * output.log_softmax(-1)).sum(-1) for soft targets"
+    )
 
 
 def _log_selection_weights(n: int, keep: float, device: torch.device) -> torch.Tensor:
@@ -158,7 +173,8 @@ def _score(
     """Per-sample losses from a gradient-free forward pass that leaves the model as it was.
 
     The pass runs in the model's current mode; every buffer (BatchNorm running statistics,
-    counters) is restored afterwards, so the model's state is untouched.
+    counters) and stochastic depth's host draw counts are restored afterwards, so the model's
+    state is untouched.
     """
     if scale_factor < 1.0 and X.numel():  # nnf.interpolate refuses empty (B, 0, ...) input
         X = nnf.interpolate(
@@ -170,6 +186,7 @@ def _score(
         )
     buffers = [b for b in model.buffers() if b is not None]
     saved = [b.clone() for b in buffers]
+    positions = stream_positions(model)
     try:
         with torch.no_grad():
             output = model(X)
@@ -178,6 +195,7 @@ def _score(
         with torch.no_grad():
             for buffer, value in zip(buffers, saved, strict=True):
                 buffer.copy_(value)
+        restore_stream_positions(positions)
     return losses
 
 

@@ -117,6 +117,8 @@ def apply_seq_length_warmup(
     :math:`\lfloor L / c \rfloor` rows of :math:`c` = ``curr_seq_len`` positions (row ``b``'s
     pieces consecutively), giving a batch of :math:`B \lfloor L / c \rfloor` rows. When
     ``curr_seq_len >= L`` the tensors are returned as they are. Other values pass through.
+    A per-step op on the batch, not a model transform despite its ``apply_`` name: it takes
+    no ``optimizers=``.
 
     ``preserve_end_of_sequence=True`` (with ``truncate=True``, Composer's option) keeps the
     last real token of every row: the last position where ``batch['attention_mask']`` is

@@ -7,16 +7,25 @@ by one, keeping the convolution's parameter names so checkpoints keep loading; `
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 from torch import nn
 
 from functional._args import check_int, check_module
+from functional._composition import (
+    composite_parts,
+    decorate,
+    inside_composites,
+    layer_kind,
+    with_last_part,
+)
 from functional._policies import (
     ModelT,
+    NoEffectReport,
     clone_module_as,
     latent_size,
     settle_new_parameters,
-    warn_no_effect,
 )
 from surgery import OptimizerArg, as_optimizer_list, fill_missing_entries, replace_module_classes
 
@@ -106,7 +115,14 @@ class SqueezeExciteConv2d(nn.Conv2d):
         Hu, Shen, Albanie, Sun and Wu, "Squeeze-and-Excitation Networks", CVPR 2018.
     """
 
-    se: SqueezeExcite2d
+    if TYPE_CHECKING:  # not a runtime annotation: TorchScript cannot read string ones
+        se: SqueezeExcite2d
+
+    # A decoration of nn.Conv2d (functional/_composition.py): other transforms see through it;
+    # it wraps a blurred convolution, and goes on the last factor when factorized.
+    _decorates = nn.Conv2d
+    _decoration_rank = 2
+    _decoration_side = "output"
 
     def __init__(
         self, *args, latent_channels: float = 0.125, conv: nn.Conv2d | None = None, **kwargs
@@ -139,16 +155,25 @@ class SqueezeExciteConv2d(nn.Conv2d):
     ) -> SqueezeExciteConv2d:
         """A ``SqueezeExciteConv2d`` sharing ``conv``'s Parameters; only the block is new.
 
+        A convolution another transform made (blurred, weight-standardized) keeps what that
+        transform added: the result is both.
         ``module_index`` is unused: it makes the method a surgery policy ``(module, index)``.
         """
         if not isinstance(conv, nn.Conv2d):
             raise TypeError(f"conv must be an nn.Conv2d, got {type(conv).__name__}")
-        new = clone_module_as(conv, cls)
+        new = decorate(conv, cls)
         new._init_se(latent_channels)
         return new
 
+    @classmethod
+    def _carry_onto(cls, source: SqueezeExciteConv2d, conv: nn.Conv2d) -> SqueezeExciteConv2d:
+        """``source``'s block (the same module, with its trained parameters) after ``conv``."""
+        new = decorate(conv, cls)
+        new.se = source.se
+        return new
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return self.se(super().forward(input))
+        return self.se(self._conv_forward(input, self.weight, self.bias))  # scriptable
 
     def surgery_remap_state_dict(self, state_dict: dict[str, torch.Tensor], prefix: str) -> None:
         """Give a checkpoint of the plain convolution the block's current parameters."""
@@ -166,12 +191,16 @@ def apply_se(
 ) -> ModelT:
     """Add a Squeeze-and-Excitation block after every wide ``nn.Conv2d`` of ``model``, in place.
 
-    Each exact ``nn.Conv2d`` with ``min(in_channels, out_channels) >= min_channels`` becomes a
+    Each ``nn.Conv2d`` with ``min(in_channels, out_channels) >= min_channels`` becomes a
     :class:`SqueezeExciteConv2d` that shares the convolution's Parameters (pretrained weights,
     optimizer state and state_dict keys are kept); only the block's two linear layers are new,
     with PyTorch's default initialisation, and they join the optimizer param group of the
-    convolution's weight. Convolutions already converted by this or another transform are left
-    alone, so the transform is idempotent.
+    convolution's weight. Convolutions other transforms made are converted too and stay what
+    they were (a blurred or weight-standardized convolution gets a block as well); a factorized
+    convolution is one convolution here: the block follows its last factor when the whole layer
+    is wide enough. Subclasses of ``nn.Conv2d`` with a forward of their own are left alone and
+    named in a ``NoEffectWarning``. Convolutions that already have a block are left as they
+    are, so the transform is idempotent.
 
     Frozen and partly optimized models (fine-tuning a frozen backbone): the new block of a
     convolution takes the frozen state of the convolution's ``weight``. After a frozen
@@ -182,6 +211,9 @@ def apply_se(
     convolution's parameters, its block could join no param group: a ``UserWarning`` names it
     (its parameters stay trainable, for an optimizer you add them to). Convolutions of a frozen
     backbone are often narrow enough to skip with ``min_channels``.
+
+    Deployment: in evaluation mode the transformed model exports with
+    ``torch.export.export`` and scripts with ``torch.jit.script``, with the outputs of eager.
 
     Args:
         model: the model to change in place.
@@ -210,20 +242,54 @@ def apply_se(
     latent_size(latent_channels, "latent_channels", 1)  # validates the value
     min_channels = check_int(min_channels, "min_channels", minimum=0)
 
-    def convert(conv: nn.Module, _index: int) -> nn.Module | None:
-        assert isinstance(conv, nn.Conv2d)
-        if min(conv.in_channels, conv.out_channels) < min_channels:
+    names = {id(m): name for name, m in model.named_modules()}
+    inside = inside_composites(model)
+    skipped: list[str] = []
+    already: list[str] = []
+
+    def wide(conv: Any) -> bool:  # an nn.Conv2d, or a composite with the same two sizes
+        return min(int(conv.in_channels), int(conv.out_channels)) >= min_channels
+
+    def convert(module: nn.Module, _index: int) -> nn.Module | None:
+        parts = composite_parts(module)
+        if parts is not None and isinstance(parts[1], nn.Conv2d):
+            # a factorized convolution: the block goes after its last part
+            if isinstance(parts[1], SqueezeExciteConv2d):
+                already.append(names[id(module)])
+            elif layer_kind(parts[1], nn.Conv2d) and wide(module):
+                block = SqueezeExciteConv2d.from_conv2d(parts[1], latent_channels=latent_channels)
+                return with_last_part(module, block)
             return None
-        return SqueezeExciteConv2d.from_conv2d(conv, latent_channels=latent_channels)
+        if not isinstance(module, nn.Conv2d) or id(module) in inside:
+            return None
+        if isinstance(module, SqueezeExciteConv2d):
+            already.append(names[id(module)])
+        elif not layer_kind(module, nn.Conv2d):
+            skipped.append(f"{names[id(module)]} ({type(module).__name__})")
+        elif wide(module):
+            return SqueezeExciteConv2d.from_conv2d(module, latent_channels=latent_channels)
+        return None
 
     opts = as_optimizer_list(optimizers)
-    names = {id(m): name for name, m in model.named_modules()}
-    replaced = replace_module_classes(model, {nn.Conv2d: convert}, optimizers=opts, exact_type=True)
+    replaced = replace_module_classes(model, {nn.Module: convert}, optimizers=opts)
     settle_new_parameters(names, replaced, opts, "apply_se", new_function=True)
-    if not replaced:
-        warn_no_effect(
-            "apply_se", f"nn.Conv2d with min(in_channels, out_channels) >= {min_channels}"
-        )
+    report = NoEffectReport(
+        "apply_se",
+        f"nn.Conv2d with min(in_channels, out_channels) >= {min_channels}",
+        skipped=(
+            "changed nothing: it left these convolutions unchanged, subclasses of nn.Conv2d "
+            "with a forward of their own that no transform of this library made: {names}"
+        ),
+    )
+    report.warn(
+        changed=bool(replaced),
+        skipped=() if replaced else skipped,
+        already=(
+            f"its {len(already)} wide convolution(s) already have a squeeze-excite block"
+            if already
+            else None
+        ),
+    )
     return model
 
 

@@ -10,15 +10,17 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from functional._args import check_int, check_module
+from functional._deploy import NotScriptable
 from functional._numeric import accumulation_dtype
 from functional._policies import ModelT, warn_no_effect
+from surgery import OptimizerArg, as_optimizer_list
 
 __all__ = ["WeightStandardizer", "apply_weight_standardization"]
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
-class WeightStandardizer(nn.Module):
+class WeightStandardizer(NotScriptable, nn.Module):
     """Parametrization that standardizes a convolution weight per output channel.
 
     .. math::
@@ -121,7 +123,9 @@ def _convs_in_call_order(model: nn.Module) -> tuple[list[nn.Module], bool]:
     return list(ordered.values()), True
 
 
-def apply_weight_standardization(model: ModelT, n_last_layers_ignore: int = 0) -> ModelT:
+def apply_weight_standardization(
+    model: ModelT, n_last_layers_ignore: int = 0, optimizers: OptimizerArg = None
+) -> ModelT:
     """Standardize the weights of the convolutions of ``model``, in place.
 
     Every ``nn.Conv1d/2d/3d`` (including subclasses) gets a :class:`WeightStandardizer`
@@ -146,9 +150,16 @@ def apply_weight_standardization(model: ModelT, n_last_layers_ignore: int = 0) -
     weight's dtype; the convolution then casts it to the autocast dtype as usual, so the layer's
     output dtype is the one the plain convolution gives.
 
+    Deployment: in evaluation mode the transformed model exports with
+    ``torch.export.export`` (outputs equal eager); ``torch.jit.script`` cannot compile
+    its new layers and raises a ``TypeError`` naming ``torch.export``.
+
     Args:
         model: the model to change in place.
         n_last_layers_ignore: number of final convolutions to leave unstandardized.
+        optimizers: optimizers holding ``model``'s parameters, accepted as by every model
+            transform; nothing in them changes, since the raw weights stay the same
+            ``Parameter`` objects.
 
     Returns:
         ``model``, changed in place.
@@ -168,6 +179,7 @@ def apply_weight_standardization(model: ModelT, n_last_layers_ignore: int = 0) -
     """
     check_module(model)
     n_last_layers_ignore = check_int(n_last_layers_ignore, "n_last_layers_ignore", minimum=0)
+    as_optimizer_list(optimizers)  # checked; the Parameters stay, so nothing else to do
     if n_last_layers_ignore:
         convs, traced = _convs_in_call_order(model)
         if not traced:

@@ -2,7 +2,8 @@
 
 The engine (:mod:`surgery.replace`) decides which modules are replaced; this module hands each
 replacement its place: the replaced module's device and floating dtype (the model's first
-floating tensor stands in for a module without one), its train/eval mode and the user's hooks,
+floating tensor stands in for a module without one), its memory format (a channels-last
+module's replacement stores its 4-D tensors channels-last too), its train/eval mode and the user's hooks,
 forward and backward, full or legacy, whose handles keep working because the hook dictionaries
 move as objects. :func:`plan_move` and :func:`check_backward_hooks` refuse what cannot be handed
 over before anything changes, so the engine stays all-or-nothing.
@@ -97,6 +98,19 @@ def plan_move(old: nn.Module, new: nn.Module, fallback: LazyReference) -> Move:
     return (device, dtype) if needs_move else None
 
 
+def _is_channels_last(module: nn.Module) -> bool:
+    """Whether ``module``'s 4-D tensors are stored channels-last (``apply_channels_last``): at
+    least one of them only in that format, none only in the default one."""
+    four_d = [t for t in _tensors(module) if t.ndim == 4]
+    return any(
+        not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last) for t in four_d
+    ) and all(t.is_contiguous(memory_format=torch.channels_last) for t in four_d)
+
+
+def _to_channels_last(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous(memory_format=torch.channels_last) if t.ndim == 4 else t
+
+
 def check_backward_hooks(old: nn.Module, new: nn.Module) -> None:
     """Torch runs a module's backward hooks either all as full or all as legacy hooks."""
     old_kind = getattr(old, "_is_full_backward_hook", None)
@@ -111,7 +125,8 @@ def check_backward_hooks(old: nn.Module, new: nn.Module) -> None:
 
 
 def adopt(old: nn.Module, new: nn.Module, move: Move) -> None:
-    """Give ``new`` the place of ``old``: device, floating dtype, train/eval mode and hooks."""
+    """Give ``new`` the place of ``old``: device, floating dtype, channels-last memory format,
+    train/eval mode and hooks."""
     if move is not None:
         device, dtype = move
 
@@ -121,6 +136,8 @@ def adopt(old: nn.Module, new: nn.Module, move: Move) -> None:
             return t.to(device=device, dtype=dtype if t.is_floating_point() else None)
 
         new._apply(convert)
+    if _is_channels_last(old):
+        new._apply(_to_channels_last)
     if new.training != old.training:
         new.train(old.training)
     if old._backward_hooks and getattr(old, "_is_full_backward_hook", None) is not None:

@@ -126,7 +126,7 @@ class Transform:
 TRANSFORMS: dict[str, Transform] = {
     "alibi": Transform(lambda m, o: F.apply_alibi(m, 64, optimizers=o)),
     "blurpool": Transform(lambda m, o: F.apply_blurpool(m, optimizers=o)),
-    "channels_last": Transform(lambda m, o: F.apply_channels_last(m), False, eval_close=True),
+    "channels_last": Transform(lambda m, o: F.apply_channels_last(m, optimizers=o), eval_close=True),
     "factorization": Transform(
         lambda m, o: F.apply_factorization(
             m, min_channels=256, latent_channels=0.5, min_features=16, latent_features=0.5,
@@ -151,7 +151,7 @@ TRANSFORMS: dict[str, Transform] = {
         lambda m, o: F.apply_squeeze_excite(m, latent_channels=8, min_channels=32, optimizers=o)
     ),
     "stochastic_depth": Transform(_stochastic_depth, eval_equal=True),
-    "weight_standardization": Transform(lambda m, o: F.apply_weight_standardization(m), False),
+    "weight_standardization": Transform(lambda m, o: F.apply_weight_standardization(m, optimizers=o)),
 }  # fmt: skip
 
 # ------------------------------------------------------------------------------ what must apply

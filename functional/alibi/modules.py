@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from functional._args import check_int
+from functional._deploy import NotScriptable
 from functional.alibi.ops import alibi_bias, alibi_slopes
 
 __all__ = ["AlibiBias", "AlibiMultiheadAttention", "DisabledPositionEmbedding"]
@@ -17,7 +18,7 @@ def _same_device(tensor: torch.Tensor, device: torch.device) -> bool:
     )
 
 
-class AlibiBias(nn.Module):
+class AlibiBias(NotScriptable, nn.Module):
     """The ALiBi bias of one model, built once per length and shared by all its attention layers.
 
     Calling it returns the :math:`(H, L_q, L_k)` bias (see :func:`alibi_bias`) as a view of a
@@ -145,7 +146,7 @@ def _bias_table(
     return bias
 
 
-class DisabledPositionEmbedding(nn.Module):
+class DisabledPositionEmbedding(NotScriptable, nn.Module):
     """Stands in for a learned position-embedding table that ALiBi has switched off.
 
     It returns zeros of the embedding's shape for any position (so positions past the old table
@@ -193,7 +194,7 @@ def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask.to(dtype)
 
 
-class AlibiMultiheadAttention(nn.MultiheadAttention):
+class AlibiMultiheadAttention(NotScriptable, nn.MultiheadAttention):
     """``nn.MultiheadAttention`` that adds the ALiBi bias when used as self-attention.
 
     Calls with ``query is key`` (``mha(x, x, x)``, as ``nn.TransformerEncoderLayer`` and

@@ -128,6 +128,10 @@ def apply_alibi(
 
     Evaluate on full-length sequences (up to ``max_sequence_length``): ALiBi extrapolates.
 
+    Deployment: in evaluation mode the transformed model exports with
+    ``torch.export.export`` (outputs equal eager); ``torch.jit.script`` cannot compile
+    its new layers and raises a ``TypeError`` naming ``torch.export``.
+
     Args:
         model: the model to transform in place (not wrapped in DDP/FSDP/``torch.compile``).
         max_sequence_length: the longest sequence (keys, including any cache) to accept.

@@ -10,7 +10,8 @@ from torch import nn
 from torch.nn import functional as nnf
 
 from functional._args import check_bool, check_int, check_ndim, check_pair
-from functional._policies import clone_module_as
+from functional._composition import decorate
+from functional._deploy import NotScriptable
 from functional.blurpool.kernels import _DEFAULT_TAPS, _separable_blur
 from functional.blurpool.ops import _blurmax
 
@@ -22,7 +23,7 @@ def _binomial_taps(*, device=None, dtype=None) -> torch.Tensor:
     return torch.tensor(_DEFAULT_TAPS, device=device, dtype=dtype or torch.get_default_dtype())
 
 
-class _BlurTaps:
+class _BlurTaps(NotScriptable):
     """The layers' filter: a non-persistent buffer ``blur_taps`` of 1-D taps ``t`` (default
     ``[1, 2, 1] / 4``), the filter being ``outer(t, t)`` for every channel.
 
@@ -129,6 +130,12 @@ class BlurConv2d(_BlurTaps, nn.Conv2d):
         )
         self._init_blur(blur_first)
 
+    # A decoration of nn.Conv2d (functional/_composition.py): other transforms see through it,
+    # and it sits inside squeeze-excite, on the factor holding the stride when factorized.
+    _decorates = nn.Conv2d
+    _decoration_rank = 1
+    _decoration_side = "input"
+
     def _init_blur(self, blur_first: bool) -> None:
         check_bool(blur_first, "blur_first")
         self.blur_first = blur_first
@@ -141,12 +148,21 @@ class BlurConv2d(_BlurTaps, nn.Conv2d):
     ) -> BlurConv2d:
         """A ``BlurConv2d`` sharing ``conv``'s ``weight`` and ``bias`` Parameters (no copy).
 
+        A convolution another transform made (squeeze-excite, weight standardization) keeps
+        what that transform added: the result is both.
         ``module_index`` is unused: it makes the method a surgery policy ``(module, index)``.
         """
         if not isinstance(conv, nn.Conv2d):
             raise TypeError(f"conv must be an nn.Conv2d, got {type(conv).__name__}")
-        new = clone_module_as(conv, cls)
+        new = decorate(conv, cls)
         new._init_blur(blur_first)
+        return new
+
+    @classmethod
+    def _carry_onto(cls, source: BlurConv2d, conv: nn.Conv2d) -> BlurConv2d:
+        """``source``'s blur (its setting and its taps) on ``conv``."""
+        new = cls.from_conv2d(conv, blur_first=source.blur_first)
+        new._buffers["blur_taps"] = source.blur_taps
         return new
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:

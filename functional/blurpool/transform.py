@@ -6,6 +6,7 @@ from __future__ import annotations
 from torch import nn
 
 from functional._args import check_bool, check_int, check_module
+from functional._composition import layer_kind
 from functional._policies import ModelT, replace_chosen
 from functional.blurpool.layers import BlurConv2d, BlurMaxPool2d
 from surgery import OptimizerArg
@@ -30,12 +31,19 @@ def apply_blurpool(
     Every ``nn.Conv2d`` with a stride above 1 and at least ``min_channels`` input channels
     becomes a :class:`BlurConv2d` and every ``nn.MaxPool2d`` with a stride above 1 becomes a
     :class:`BlurMaxPool2d`. The replacements reuse the original ``Parameter`` objects, so
-    pretrained weights, optimizer state and state_dict keys are all kept; only exact
-    ``nn.Conv2d``/``nn.MaxPool2d`` instances are converted (subclasses with their own
-    ``forward``, and layers already converted by this or another transform, are left alone),
-    which makes the transform idempotent. Max-pools with ``return_indices=True`` are skipped
+    pretrained weights, optimizer state and state_dict keys are all kept. Plain
+    ``nn.Conv2d``/``nn.MaxPool2d`` layers are converted, and so are the convolutions other
+    transforms made, which stay what they were as well (a squeeze-excited or
+    weight-standardized convolution becomes a blurred one too; the kernel factor of a
+    factorized convolution, which holds the stride, is blurred); subclasses with a forward of
+    their own are left alone and named in a ``NoEffectWarning``. Layers already blurred are
+    left as they are, which makes the transform idempotent. Max-pools with ``return_indices=True`` are skipped
     (a blurred max has no indices); ``ceil_mode=True`` pools are converted, and keep their
     output size exactly (see :func:`blurmax_pool2d`).
+
+    Deployment: in evaluation mode the transformed model exports with
+    ``torch.export.export`` (outputs equal eager); ``torch.jit.script`` cannot compile
+    its new layers and raises a ``TypeError`` naming ``torch.export``.
 
     Args:
         model: the model to change in place.
@@ -69,15 +77,26 @@ def apply_blurpool(
     check_bool(blur_first, "blur_first")
     min_channels = check_int(min_channels, "min_channels", minimum=0)
 
+    names = {id(m): name for name, m in model.named_modules()}
+    skipped: list[str] = []
+
     def convert_conv(conv: nn.Module, _index: int) -> nn.Module | None:
         assert isinstance(conv, nn.Conv2d)
-        if not _is_strided(conv.stride) or conv.in_channels < min_channels:
+        if isinstance(conv, BlurConv2d) or not _is_strided(conv.stride):
+            return None
+        if not layer_kind(conv, nn.Conv2d):
+            skipped.append(f"{names[id(conv)]} ({type(conv).__name__})")
+            return None
+        if conv.in_channels < min_channels:
             return None
         return BlurConv2d.from_conv2d(conv, blur_first=blur_first)
 
     def convert_pool(pool: nn.Module, _index: int) -> nn.Module | None:
         assert isinstance(pool, nn.MaxPool2d)
-        if pool.return_indices or not _is_strided(pool.stride):
+        if isinstance(pool, BlurMaxPool2d) or pool.return_indices or not _is_strided(pool.stride):
+            return None
+        if not layer_kind(pool, nn.MaxPool2d):
+            skipped.append(f"{names[id(pool)]} ({type(pool).__name__})")
             return None
         return BlurMaxPool2d.from_maxpool2d(pool)
 
@@ -100,5 +119,6 @@ def apply_blurpool(
         ],
         optimizers,
         none_chosen="layer to convert (replace_convs and replace_maxpools are both False)",
+        skipped=skipped,
     )
     return model

@@ -42,6 +42,9 @@ def _checked_rank(value: object, name: str, reference: int, limit: int, layer: s
 class _Factorized(nn.Module):
     """Shared parts of the factorized layers: rank reporting and the checkpoint hooks."""
 
+    # A composite (functional/_composition.py): other transforms see one layer, its two parts.
+    _see_through = ("module0", "module1")
+
     latent_size: int
     approximation_error: float
     module0: nn.Conv2d | nn.Linear

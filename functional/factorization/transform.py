@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from functional._args import check_bool, check_int, check_module
+from functional._composition import carry_decorations, layer_kind, refuse_parametrized
 from functional._policies import ModelT, latent_size, replace_chosen, settle_new_parameters
 from functional.factorization.layers import FactorizedConv2d, FactorizedLinear, _Factorized
 from functional.factorization.solve import max_rank_with_speedup
@@ -61,6 +62,13 @@ def _weight_readers(model: nn.Module) -> dict[int, str]:
     return readers
 
 
+# Why a standardized (parametrized) weight is refused, and the order that works.
+_WS_ORDER = (
+    "the factors of a standardized weight would train unstandardized; apply "
+    "apply_factorization first, then apply_weight_standardization (which standardizes each "
+    "factor)"
+)
+
 _UNSHARED = ", with a weight neither tied to another module nor read by its parent's forward"
 
 
@@ -100,6 +108,69 @@ class _SharedWeights:
             NoEffectWarning,
             stacklevel=3,
         )
+
+
+class _Chooser:
+    """Which layers ``apply_factorization`` replaces, and by what (the policies' choosers)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        names: dict[int, str],
+        shared: _SharedWeights,
+        convs: tuple[int, float],
+        linears: tuple[int, float],
+    ) -> None:
+        self.names, self.shared = names, shared
+        self.min_channels, self.latent_channels = convs
+        self.min_features, self.latent_features = linears
+        self.skipped: list[
+            str
+        ] = []  # subclasses with a forward of their own: not ours to factorize
+        # The factors of an earlier factorization are plain layers: never factorize them again.
+        self.factors = {
+            id(m) for f in model.modules() if isinstance(f, _Factorized) for m in f.modules()
+        }
+
+    def _unlike(self, layer: nn.Module, kind: type[nn.Module]) -> bool:
+        """Already a factor, or not what ``kind`` is (then named in the warning)."""
+        if id(layer) in self.factors:
+            return True
+        if not layer_kind(layer, kind):
+            self.skipped.append(f"{self.names[id(layer)]} ({type(layer).__name__})")
+            return True
+        return False
+
+    def conv(self, conv: nn.Module, _index: int) -> nn.Module | None:
+        assert isinstance(conv, nn.Conv2d)
+        if self._unlike(conv, nn.Conv2d) or conv.groups != 1:
+            return None
+        if min(conv.in_channels, conv.out_channels) < self.min_channels:
+            return None
+        fan_in = conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1]
+        width = min(conv.in_channels, conv.out_channels)
+        rank = latent_size(self.latent_channels, "latent_channels", width)
+        if rank > max_rank_with_speedup(fan_in, conv.out_channels) or self.shared.leave_dense(conv):
+            return None
+        refuse_parametrized(conv, self.names[id(conv)], "apply_factorization", _WS_ORDER)
+        new = FactorizedConv2d.from_conv2d(conv, latent_channels=rank)
+        new.module0, new.module1 = carry_decorations(conv, new.module0, new.module1)
+        return new
+
+    def linear(self, linear: nn.Module, _index: int) -> nn.Module | None:
+        assert isinstance(linear, nn.Linear)
+        if self._unlike(linear, nn.Linear):
+            return None
+        width = min(linear.in_features, linear.out_features)
+        if width < self.min_features:
+            return None
+        rank = latent_size(self.latent_features, "latent_features", width)
+        if rank > max_rank_with_speedup(linear.in_features, linear.out_features):
+            return None
+        if self.shared.leave_dense(linear):
+            return None
+        refuse_parametrized(linear, self.names[id(linear)], "apply_factorization", _WS_ORDER)
+        return FactorizedLinear.from_linear(linear, latent_features=rank)
 
 
 def apply_factorization(
@@ -175,41 +246,13 @@ def apply_factorization(
     latent_size(latent_channels, "latent_channels", 1)  # validates the values
     latent_size(latent_features, "latent_features", 1)
 
-    # The factors of an earlier factorization are plain layers: never factorize them again.
-    factors = {id(m) for f in model.modules() if isinstance(f, _Factorized) for m in f.modules()}
-    shared = _SharedWeights(_tied_weights(model), _weight_readers(model))
-
-    def convert_conv(conv: nn.Module, _index: int) -> nn.Module | None:
-        assert isinstance(conv, nn.Conv2d)
-        if (
-            id(conv) in factors
-            or conv.groups != 1
-            or min(conv.in_channels, conv.out_channels) < min_channels
-        ):
-            return None
-        fan_in = conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1]
-        rank = latent_size(
-            latent_channels, "latent_channels", min(conv.in_channels, conv.out_channels)
-        )
-        if rank > max_rank_with_speedup(fan_in, conv.out_channels) or shared.leave_dense(conv):
-            return None
-        return FactorizedConv2d.from_conv2d(conv, latent_channels=rank)
-
-    def convert_linear(linear: nn.Module, _index: int) -> nn.Module | None:
-        assert isinstance(linear, nn.Linear)
-        if id(linear) in factors or min(linear.in_features, linear.out_features) < min_features:
-            return None
-        rank = latent_size(
-            latent_features, "latent_features", min(linear.in_features, linear.out_features)
-        )
-        if rank > max_rank_with_speedup(linear.in_features, linear.out_features):
-            return None
-        if shared.leave_dense(linear):
-            return None
-        return FactorizedLinear.from_linear(linear, latent_features=rank)
-
     opts = as_optimizer_list(optimizers)
     names = {id(m): name for name, m in model.named_modules()}
+    shared = _SharedWeights(_tied_weights(model), _weight_readers(model))
+    chooser = _Chooser(
+        model, names, shared, (min_channels, latent_channels), (min_features, latent_features)
+    )
+    convert_conv, convert_linear, skipped = chooser.conv, chooser.linear, chooser.skipped
     replaced = replace_chosen(
         model,
         "apply_factorization",
@@ -231,6 +274,7 @@ def apply_factorization(
         qualifier=" whose factorization at the requested rank saves multiply-adds"
         + (_UNSHARED if any(shared.concerns(i) for i in names) else ""),
         none_chosen="layer to factorize (factorize_convs and factorize_linears are both False)",
+        skipped=skipped,
     )
     shared.warn(names)
     settle_new_parameters(names, replaced, opts, "apply_factorization", new_function=False)

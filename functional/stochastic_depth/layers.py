@@ -8,6 +8,7 @@ buffer) and the built-in torchvision blocks :class:`StochasticBottleneck` and
 from __future__ import annotations
 
 import struct
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -16,7 +17,14 @@ from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
 from functional._args import check_bool, check_int, check_one_of, check_probability
+from functional._deploy import NotScriptable
 from functional.stochastic_depth.generators import _DropGenerators, draw_bits, sample_bits
+from functional.stochastic_depth.replay import (
+    check_not_compiled_checkpoint,
+    forward_region,
+    recompute_region,
+    recomputing,
+)
 
 __all__ = ["StochasticBasicBlock", "StochasticBlock", "StochasticBottleneck"]
 
@@ -37,14 +45,16 @@ _STATE_SIZE = 5
 _EXTRA_STATE_KEY = "_extra_state"  # torch.nn.modules.module._EXTRA_STATE_KEY_SUFFIX
 
 
+# The way out torch.jit.script's refusal names (see functional._deploy.NotScriptable).
+_SCRIPT_HINT = (
+    "script the unconverted model (evaluation computes exactly what it computes) with these "
+    "weights: plain.load_state_dict({k: v for k, v in model.state_dict().items() "
+    "if not k.endswith('._extra_state')}), then torch.jit.script(plain.eval())"
+)
+
+
 def _rate_units(p: float) -> int:
     return round(p * _RATE_ONE)
-
-
-def _recomputing() -> bool:
-    """Whether this forward runs inside a backward pass: activation checkpointing recomputing
-    a checkpointed forward (reentrant or not); never true for an ordinary forward."""
-    return torch._C._current_graph_task_id() != -1
 
 
 def _begin_forward(block: StochasticBlock, args: Any) -> None:
@@ -52,7 +62,7 @@ def _begin_forward(block: StochasticBlock, args: Any) -> None:
     block._begin_forward()
 
 
-class StochasticBlock(nn.Module):
+class StochasticBlock(NotScriptable, nn.Module):
     """Mixin for residual blocks with stochastic depth; see :func:`register_stochastic_block`.
 
     A subclass defines ``forward`` and scales its residual branch with :meth:`drop_branch`
@@ -83,6 +93,7 @@ class StochasticBlock(nn.Module):
     too, ``strict=True`` included, and leaves them as they are).
     """
 
+    script_hint = _SCRIPT_HINT
     stochastic_method: str
     skip_dropped: bool
     drop_rate_units: torch.Tensor
@@ -102,6 +113,10 @@ class StochasticBlock(nn.Module):
     _replaying: bool = False  # this forward is a recompute: draws replay from the cursors
     _replay_draw: int = 0
     _replay_device_draws: torch.Tensor
+    # checkpoint region -> the host and device draw numbers its forward started from
+    _replay_starts: weakref.WeakKeyDictionary[object, tuple[int, torch.Tensor]] | None = None
+    _begins_in_forward: bool = False  # True: forward calls _begin_forward (else a pre-hook)
+    __jit_unused_properties__ = ("drop_rate",)  # Python-side state: not for TorchScript
 
     def _init_stochastic(
         self,
@@ -126,26 +141,45 @@ class StochasticBlock(nn.Module):
         self._hook_begin_forward()
 
     def _hook_begin_forward(self) -> None:
+        if self._begins_in_forward:
+            return  # the forward calls _begin_forward itself (no hook: TorchScript compiles hooks)
         if _begin_forward not in self._forward_pre_hooks.values():
             self.register_forward_pre_hook(_begin_forward)
 
     def _begin_forward(self) -> None:
-        """Start a forward. An ordinary one counts its draws from zero. A recompute of
-        activation checkpointing (a forward run inside the backward pass, reentrant or not)
-        replays: it draws again the draw numbers of the forward it repeats (the last one), from
-        cursors moved back by that forward's counts, and leaves the counts as they are (it may
-        stop early, as non-reentrant checkpointing does)."""
+        """Start a forward. An ordinary one counts its draws from zero and, inside a checkpoint
+        region, remembers where its draws start. A recompute of activation checkpointing (a
+        forward run inside the backward pass, reentrant or not) replays: it draws again the
+        draw numbers of the forward it repeats (that of its region, or else the last one) and
+        leaves the counts as they are (it may stop early, as non-reentrant checkpointing does)."""
         if not self.training or self._drop_generators is None or torch.compiler.is_compiling():
             return  # compiled: no Python state (a mutation inside checkpoint's region breaks it)
-        replaying = _recomputing()
+        replaying = recomputing()
         object.__setattr__(self, "_replaying", replaying)
         if replaying:
-            object.__setattr__(self, "_replay_draw", self._draws - self._forward_draws)
-            replay_device = self.drop_draws - self._forward_device_draws
-            object.__setattr__(self, "_replay_device_draws", replay_device)
-        else:
-            object.__setattr__(self, "_forward_draws", 0)
-            object.__setattr__(self, "_forward_device_draws", 0)
+            draw, device_draw = self._replay_start()
+            object.__setattr__(self, "_replay_draw", draw)
+            object.__setattr__(self, "_replay_device_draws", device_draw)
+            return
+        object.__setattr__(self, "_forward_draws", 0)
+        object.__setattr__(self, "_forward_device_draws", 0)
+        region = forward_region()
+        if region is not None:
+            starts = self._replay_starts
+            if starts is None:
+                starts = weakref.WeakKeyDictionary()
+                object.__setattr__(self, "_replay_starts", starts)
+            starts[region] = (self._draws, self.drop_draws.clone())
+
+    def _replay_start(self) -> tuple[int, torch.Tensor]:
+        """The host and device draw numbers of the forward this recompute repeats: those its
+        region remembered, or (region unknown) those of the block's last forward."""
+        region = recompute_region()
+        starts = self._replay_starts
+        start = None if region is None or starts is None else starts.get(region)
+        if start is not None:
+            return start
+        return self._draws - self._forward_draws, self.drop_draws - self._forward_device_draws
 
     def _next_device_draw(self) -> torch.Tensor:
         """The draw number (a 0-d int64 tensor) of this device decision; counts it."""
@@ -256,6 +290,8 @@ class StochasticBlock(nn.Module):
         draws eager and compiled, and none of torch's random state. A block without streams
         draws from torch's default generator.
         """
+        if torch.compiler.is_compiling():
+            check_not_compiled_checkpoint(type(self).__name__)
         units = self.drop_rate_units.to(branch.device)
         block = self.stochastic_method == "block"
         shape = () if block else (branch.shape[0],) + (1,) * (branch.ndim - 1)
@@ -385,7 +421,7 @@ class StochasticBlock(nn.Module):
         """Pickle (and deep-copy) without the forward pre-hook and the replay cursors: unpickling
         adds the hook back, so a pickle names no private function of this module."""
         state = super().__getstate__()
-        for name in ("_replaying", "_replay_draw", "_replay_device_draws"):
+        for name in ("_replaying", "_replay_draw", "_replay_device_draws", "_replay_starts"):
             state.pop(name, None)
         hooks = state.get("_forward_pre_hooks")
         if hooks is not None and _begin_forward in hooks.values():
@@ -430,9 +466,38 @@ class StochasticBlock(nn.Module):
         return f"drop_rate={self.drop_rate:.4g}, stochastic_method={self.stochastic_method!r}"
 
 
+_Positions = list[tuple[StochasticBlock, int, int, int]]
+
+
+def stream_positions(model: nn.Module) -> _Positions:
+    """The host draw counts of ``model``'s stochastic blocks, for
+    :func:`restore_stream_positions` after a pass that must not advance their streams (such
+    as ``select_using_loss``'s scoring; the device count is a buffer, restored with the
+    others). Host ints only, no device read; empty while compiling (compiled forwards count
+    on the device only)."""
+    if torch.compiler.is_compiling():
+        return []
+    return [
+        (m, m._draws, m._forward_draws, m._forward_device_draws)
+        for m in model.modules()
+        if isinstance(m, StochasticBlock)
+    ]
+
+
+def restore_stream_positions(positions: _Positions) -> None:
+    """Put back the counts that :func:`stream_positions` returned."""
+    for block, draws, forward_draws, forward_device_draws in positions:
+        object.__setattr__(block, "_draws", draws)
+        object.__setattr__(block, "_forward_draws", forward_draws)
+        object.__setattr__(block, "_forward_device_draws", forward_device_draws)
+
+
 class _TorchvisionResidual(StochasticBlock):
     """The constructor and forward of the stochastic torchvision ResNet blocks; a subclass,
-    mixed in before the torchvision block, computes the residual branch in ``_branch``."""
+    mixed in before the torchvision block, computes the residual branch in ``_branch``. In
+    evaluation the forward is TorchScript's: ``torch.jit.script(model.eval())`` compiles it."""
+
+    _begins_in_forward = True
 
     # The torchvision blocks' submodules (torchvision ships no type information).
     downsample: nn.Module | None
@@ -453,9 +518,30 @@ class _TorchvisionResidual(StochasticBlock):
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            return self._forward_training(x)
+        # Evaluation: exactly the torchvision block, in TorchScript's subset of Python.
+        identity = x
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        return torch.relu(self._branch(x) + identity)
+
+    @torch.jit.unused
+    def _forward_training(self, x: torch.Tensor) -> torch.Tensor:
+        self._begin_forward()
         identity = x if self.downsample is None else self.downsample(x)
         # not self.relu (in place): a dropped block returns relu(identity), and identity may be x
         return torch.relu(self._add(identity, lambda: self._branch(x), in_place=True))
+
+    def __prepare_scriptable__(self) -> _TorchvisionResidual:
+        """``torch.jit.script`` compiles the evaluation forward only: refused in training."""
+        if self.training:
+            raise TypeError(
+                f"torch.jit.script compiles a {type(self).__name__} in evaluation mode only (a "
+                "scripted model has no stochastic depth): script model.eval(), or export the "
+                "model with torch.export.export"
+            )
+        return self
 
 
 class StochasticBottleneck(_TorchvisionResidual, Bottleneck):
@@ -523,3 +609,11 @@ class StochasticBasicBlock(_TorchvisionResidual, BasicBlock):
 
     def _branch(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+
+
+# TorchScript reads the first class annotations in the MRO, and ours are strings (postponed
+# evaluation) that it cannot resolve: it gets the torchvision blocks' own instead.
+StochasticBottleneck.__annotations__ = dict(Bottleneck.__annotations__)
+StochasticBasicBlock.__annotations__ = dict(BasicBlock.__annotations__)
+# TorchScript reads the signature of an unused method too: the types, not their strings.
+_TorchvisionResidual._forward_training.__annotations__ = {"x": torch.Tensor, "return": torch.Tensor}

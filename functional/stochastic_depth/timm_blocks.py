@@ -20,7 +20,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from functional.stochastic_depth.layers import StochasticBlock
+from functional._deploy import NotScriptable
+from functional.stochastic_depth.layers import _SCRIPT_HINT, StochasticBlock
 
 __all__ = ["BranchDrop", "TimmStochasticBlock", "timm_stochastic_blocks"]
 
@@ -42,7 +43,7 @@ _TIMM_BLOCKS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
 )
 
 
-class BranchDrop(nn.Module):
+class BranchDrop(NotScriptable, nn.Module):
     """Stands in for a timm block's ``drop_path``: the branch times the block's drop factor.
 
     Outside training it returns the branch itself. A branch dropped by an eager ``'block'``
@@ -60,6 +61,7 @@ class BranchDrop(nn.Module):
         object.__setattr__(self, "block", block)  # not a child: that would be a cycle
 
     block: StochasticBlock
+    script_hint = _SCRIPT_HINT
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.block.drop_branch(x)

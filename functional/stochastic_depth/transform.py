@@ -70,12 +70,14 @@ def apply_stochastic_depth(
 
     Activation checkpointing (``torch.utils.checkpoint``, reentrant or not, timm's
     ``set_grad_checkpointing()``): in eager mode, a block's recompute in the backward pass
-    replays the decisions of the forward it repeats (the block's last one), so the gradients
-    equal those without checkpointing and the draw counts do not move. Not yet under
-    ``torch.compile``: a compiled checkpointed region recomputes its decisions from the
-    already advanced counter, so its gradients are wrong; compile without checkpointing the
-    stochastic blocks. A block called twice before one backward also replays only its last
-    forward.
+    replays the decisions of the forward it repeats (found by its checkpoint region, so a
+    block called several times before one backward, as with two augmented views or R-Drop,
+    replays each forward's own), so the gradients equal those without checkpointing and the
+    draw counts do not move. Under ``torch.compile`` a training forward inside a checkpointed
+    region raises ``RuntimeError`` while tracing: torch's compiled recompute reads the draw
+    counter after the forward advanced it, so its gradients would be wrong. Keep the
+    checkpointed region eager (``torch.compiler.disable(region)``) or do not checkpoint the
+    stochastic blocks of a compiled model.
 
     Two ways to decide in ``'block'`` mode:
 
@@ -111,6 +113,13 @@ def apply_stochastic_depth(
     model was built with, or ``Identity``) are replaced by ones that apply this transform's
     decisions; everything above holds for them, except that timm computes a branch before its
     ``drop_path`` runs, so a dropped branch saves its backward only.
+
+    Deployment: in evaluation mode the transformed model exports with
+    ``torch.export.export`` (outputs equal eager), and with torchvision's blocks it scripts
+    with ``torch.jit.script(model.eval())`` (the scripted model is the evaluation forward;
+    scripting in training mode is refused). timm's and registered blocks refuse scripting
+    with a ``TypeError`` naming ``torch.export`` and the unconverted model loaded with these
+    weights (evaluation computes the same).
 
     Args:
         model: the model to change in place.

@@ -9,6 +9,9 @@
   compared at the deterministic rates 0 and 1, and in eval mode).
 - Stochastic depth's compiled ``'block'`` decisions change from step to step (they were drawn
   once while tracing and replayed before), and a new drop rate does not recompile.
+- Stochastic blocks inside ``torch.utils.checkpoint`` under ``torch.compile`` are refused
+  while tracing (the compiled recompute would draw other decisions); the named fix, the
+  region kept eager with ``torch.compiler.disable``, trains as without checkpointing.
 - bf16 autocast on the CPU trains; the CUDA lane runs bf16 and fp16 with ``GradScaler`` under
   ``torch.cuda.set_sync_debug_mode("error")``.
 
@@ -416,6 +419,56 @@ def test_stochastic_decisions_from_compiled_model_follow_torch_seed() -> None:
             return [_dropped(compiled(x), x) for _ in range(6)]
 
     assert run() == run()
+
+
+class _Checkpointed(nn.Module):
+    """Runs ``inner`` under non-reentrant ``torch.utils.checkpoint.checkpoint``."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=False)
+
+
+def test_checkpointed_stochastic_blocks_refused_at_trace_time() -> None:
+    """Compiled, a checkpointed region would recompute other decisions than its forward drew
+    (torch recomputes from the counter the forward advanced): refused while tracing, with the
+    fix named, rather than training with wrong gradients."""
+    model = stochastic("sample")()
+    model.layer2 = _Checkpointed(model.layer2)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager")
+    with pytest.raises(
+        RuntimeError, match=r"checkpoint under torch.compile.*torch.compiler.disable"
+    ):
+        compiled(torch.randn(2, 3, 32, 32))
+    model.eval()  # no decisions in evaluation: nothing to refuse
+    torch._dynamo.reset()
+    assert torch.compile(model, backend="aot_eager")(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+
+
+@pytest.mark.slow
+def test_checkpointed_region_kept_eager_trains_as_uncheckpointed() -> None:
+    """The named fix: the checkpointed region left eager inside the compiled model replays its
+    forward's decisions, so the gradients equal those of the model without checkpointing."""
+    data = _data(2)
+    plain = stochastic("sample")()
+    expected = []
+    for x, y in data:
+        plain.zero_grad()
+        TF.cross_entropy(plain(x), y).backward()
+        expected.append([p.grad.clone() for p in plain.parameters()])
+    model = stochastic("sample")()
+    model.layer2 = torch.compiler.disable(_Checkpointed(model.layer2))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager")
+    for (x, y), step_expected in zip(data, expected, strict=True):
+        model.zero_grad()
+        TF.cross_entropy(compiled(x), y).backward()
+        for e, p in zip(step_expected, model.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, e)
 
 
 # --------------------------------------------------------------------------- CUDA lane

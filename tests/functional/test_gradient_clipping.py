@@ -253,3 +253,43 @@ def test_validation():
         match=r"parameters must be a tensor, an iterable of tensors or an nn\.Module, got int",
     ):
         apply_gradient_clipping(3, "norm", 1.0)
+
+
+def _sparse_model() -> tuple[nn.Module, torch.Tensor]:
+    """An embedding with sparse gradients (rows 1 and 5 stored twice) and a dense layer."""
+    model = nn.Sequential(nn.Embedding(10, 3, sparse=True), nn.Linear(3, 2))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+    model(torch.tensor([1, 1, 2, 5, 5])).square().sum().mul(10).backward()
+    assert model[0].weight.grad.is_sparse and not model[0].weight.grad.is_coalesced()
+    return model, torch.tensor([1, 1, 2, 5, 5])
+
+
+@pytest.mark.parametrize("threshold", [0.5, 1e6])
+def test_norm_clips_sparse_gradients_as_torch_does(threshold):
+    # Issue 32 §4: an nn.Embedding(sparse=True) crashed inside torch ("norm_sparse currently
+    # does not support 'dtype'"); torch's own clip_grad_norm_ handles it.
+    ours, _ = _sparse_model()
+    theirs, _ = _sparse_model()
+    norm = apply_gradient_clipping(ours.parameters(), "norm", threshold)
+    expected = torch.nn.utils.clip_grad_norm_(theirs.parameters(), threshold)
+    torch.testing.assert_close(norm, expected)
+    for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+        torch.testing.assert_close(a.grad.to_dense(), b.grad.to_dense())
+
+
+def test_value_clips_sparse_gradients_after_summing_repeated_rows():
+    model, _ = _sparse_model()
+    dense = [p.grad.to_dense() for p in model.parameters()]
+    assert apply_gradient_clipping(model, "value", 1.5) is None
+    for p, before in zip(model.parameters(), dense, strict=True):
+        torch.testing.assert_close(p.grad.to_dense(), before.clamp(-1.5, 1.5))
+    assert model[0].weight.grad.is_sparse
+
+
+def test_adaptive_refuses_sparse_gradients_naming_the_alternatives():
+    model, _ = _sparse_model()
+    with pytest.raises(TypeError, match=r"'adaptive'\) does not support sparse.*'norm' or 'value'"):
+        apply_gradient_clipping(model, "adaptive", 0.1)

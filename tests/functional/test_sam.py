@@ -13,7 +13,7 @@ import torch
 import torchvision
 from torch import nn
 
-from functional import SAMOptimizer
+from functional import SAMOptimizer, apply_gradient_clipping
 
 # --------------------------------------------------------------------------------------------
 # A linear least-squares problem whose gradients we can write down by hand.
@@ -698,3 +698,68 @@ def test_overflow_under_grad_scaler_leaves_the_model_as_scaler_step_does(variant
     assert scalers[0].get_scale() == scalers[1].get_scale() == 2.0**9
     model.eval()
     assert torch.isfinite(model(x)).all()
+
+
+def _clipped_sam_run(scaler: torch.amp.GradScaler | None, clip: bool) -> tuple[nn.Module, list]:
+    """Two SAM steps whose true gradients are clipped to norm 0.5 in the base optimizer's step
+    pre-hook (the documented recipe); returns the model and the norms the hook saw."""
+    gen = torch.Generator().manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 2))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+    x, y = torch.randn(16, 6, generator=gen), torch.randn(16, 2, generator=gen)
+    opt = SAMOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.05, grad_scaler=scaler)
+    seen: list = []
+
+    def clip_hook(*_) -> None:
+        seen.append(apply_gradient_clipping(model.parameters(), "norm", 0.5))
+
+    if clip:
+        opt.base_optimizer.register_step_pre_hook(clip_hook)
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = (model(x) - y).square().mean().mul(50)
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        return loss
+
+    for _ in range(2):
+        opt.step(closure)
+        if scaler is not None:
+            scaler.update()
+    return model, seen
+
+
+def test_clipping_true_gradients_under_sam_with_a_grad_scaler():
+    # Issue 32 §4: the old recipe (scaler.unscale_ in the closure, then clip) raised torch's
+    # "unscale_() has already been called". The base optimizer's step pre-hook clips the true
+    # gradients: with a scaler (a power of two, exact in float32) the run equals the unscaled one.
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1000)
+    scaled, scaled_norms = _clipped_sam_run(scaler, clip=True)
+    plain, plain_norms = _clipped_sam_run(None, clip=True)
+    unclipped, _ = _clipped_sam_run(None, clip=False)
+    assert len(scaled_norms) == 2 and all(float(n) > 0.5 for n in scaled_norms)
+    torch.testing.assert_close(torch.stack(scaled_norms), torch.stack(plain_norms))
+    for a, b in zip(scaled.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    moved = zip(plain.parameters(), unclipped.parameters(), strict=True)
+    assert any(not torch.allclose(b, c) for b, c in moved)
+
+
+def test_unscaling_in_the_closure_names_the_recipe():
+    model = nn.Linear(3, 1)
+    scaler = torch.amp.GradScaler("cpu")
+    opt = SAMOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), grad_scaler=scaler)
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = model(torch.ones(2, 3)).sum()
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        return loss
+
+    with pytest.raises(
+        RuntimeError, match=r"unscale_\(\) was already called.*register_step_pre_hook"
+    ):
+        opt.step(closure)

@@ -223,3 +223,57 @@ def test_selection_runs_on_the_data_device_and_keeps_channels_last() -> None:
     Xs, ys = F.select_using_loss(X, y, _cnn(), torch.nn.functional.cross_entropy, 0.5)
     assert Xs.shape == (4, 3, 6, 6) and ys.shape == (4,)
     assert Xs.is_contiguous(memory_format=torch.channels_last)
+
+
+class _SoftTargetLoss(nn.Module):
+    """A plain loss module without ``reduction`` (as timm's ``SoftTargetCrossEntropy``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return torch.sum(-target * x.log_softmax(-1), dim=-1).mean()
+
+
+def test_loss_module_without_reduction_is_refused_before_scoring() -> None:
+    """Refused at entry, naming ``loss_fun`` and the way out, before any scoring pass."""
+    X, y = torch.rand(4, 3, 6, 6), torch.eye(3)[torch.tensor([0, 1, 2, 0])]
+    model, loss = Net(), _SoftTargetLoss()
+    with pytest.raises(
+        TypeError, match=r"loss_fun must take a keyword argument `reduction`.*_SoftTargetLoss"
+    ):
+        F.select_using_loss(X, y, model, loss, 0.5)
+    assert model.shapes == [] and loss.calls == 0  # nothing ran
+    timm_loss = pytest.importorskip("timm.loss")
+    with pytest.raises(TypeError, match=r"SoftTargetCrossEntropy module.*reduction='none'"):
+        F.select_using_loss(X, y, model, timm_loss.SoftTargetCrossEntropy(), 0.5)
+    # The way out the message names: a per-sample wrapper.
+    Xs, ys = F.select_using_loss(
+        X, y, model, lambda out, t, reduction="none": -(t * out.log_softmax(-1)).sum(-1), 0.5
+    )
+    assert Xs.shape == (2, 3, 6, 6) and ys.shape == (2, 3)
+
+
+def test_stochastic_depth_model_state_is_untouched() -> None:
+    """Scoring a stochastic-depth ResNet advances none of its draw counts (host or device):
+    the state dict is unchanged and the next training step draws what it would have drawn."""
+    torchvision = pytest.importorskip("torchvision")
+
+    def build() -> nn.Module:
+        torch.manual_seed(0)
+        model = torchvision.models.resnet.ResNet(
+            torchvision.models.resnet.Bottleneck, [1, 1, 1, 1], num_classes=3, width_per_group=8
+        )
+        return F.apply_stochastic_depth(
+            model.train(), "block", "ResNetBottleneck", drop_rate=0.5, seed=1
+        )
+
+    X, y = _batch(8)
+    scored, fresh = build(), build()
+    before = {k: v.clone() for k, v in scored.state_dict().items()}
+    F.select_using_loss(X, y, scored, nn.functional.cross_entropy, 0.5)
+    for k, v in scored.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    torch.testing.assert_close(scored(X), fresh(X))  # the same blocks dropped next

@@ -93,7 +93,7 @@ def test_apply_se_on_resnet50():
     fresh = torchvision.models.resnet50()
     result = fresh.load_state_dict(model.state_dict(), strict=False)
     assert result.missing_keys == [] and all(".se." in k for k in result.unexpected_keys)
-    assert_idempotent(model, apply_squeeze_excite, "min(in_channels, out_channels) >= 128")
+    assert_idempotent(model, apply_squeeze_excite, "already have a squeeze-excite block")
 
 
 def _name_of(model: nn.Module, module: nn.Module) -> str:

@@ -4,7 +4,9 @@ checkpointing (same initialisation, same seed), in ``'block'`` mode (host and de
 and ``'sample'`` mode, with reentrant and non-reentrant checkpointing, for a block checkpointed
 alone and for a segment of several blocks (torchvision ResNet with Bottleneck blocks), and for
 timm's ``set_grad_checkpointing()`` (a ViT: two decisions per block and forward). The draw
-counts end where the run without checkpointing leaves them."""
+counts end where the run without checkpointing leaves them. Two forwards before one backward
+(two augmented views, R-Drop): each recompute replays the decisions of the forward it repeats,
+whichever order the backward runs them in."""
 
 from __future__ import annotations
 
@@ -93,6 +95,50 @@ def test_resnet_checkpointed_gradients_equal_plain(
             torch.testing.assert_close(g, e)
     for e, g in zip(_extra_states(plain), _extra_states(checkpointed), strict=True):
         assert torch.equal(g, e)
+
+
+def _two_view_grads(model: nn.Module, *, separate: bool) -> list[torch.Tensor]:
+    """The gradients of one step whose loss sums two forwards (two views of a batch) before
+    one backward; ``separate``: one backward per view, the first view's first."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn((4, 3, 16, 16), generator=g)
+    y = torch.randint(0, 5, (4,), generator=g)
+    first = nn.functional.cross_entropy(model(x), y)
+    second = nn.functional.cross_entropy(model(x.flip(-1)), y)
+    if separate:
+        first.backward()
+        second.backward()
+    else:
+        (first + second).backward()
+    return [torch.zeros(()) if p.grad is None else p.grad for p in model.parameters()]
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+@pytest.mark.parametrize(("method", "skip_dropped"), MODES)
+def test_two_forwards_before_one_backward_replay_their_own_decisions(
+    method: str, skip_dropped: bool, reentrant: bool
+) -> None:
+    """Each recompute repeats the decisions of the forward it belongs to, not the last one."""
+    plain = _resnet(method, skip_dropped)
+    checkpointed = _checkpoint_resnet(_resnet(method, skip_dropped), reentrant)
+    expected = _two_view_grads(plain, separate=False)
+    got = _two_view_grads(checkpointed, separate=False)
+    for e, g in zip(expected, got, strict=True):
+        torch.testing.assert_close(g, e)
+    for e, g in zip(_extra_states(plain), _extra_states(checkpointed), strict=True):
+        assert torch.equal(g, e)
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_two_forwards_backward_in_forward_order(reentrant: bool) -> None:
+    """Backward of the first view's loss, then of the second's: the recomputes run in the
+    order of the forwards (not last-in first-out) and still replay their own decisions."""
+    plain = _resnet("sample", True)
+    checkpointed = _checkpoint_resnet(_resnet("sample", True), reentrant)
+    expected = _two_view_grads(plain, separate=True)
+    got = _two_view_grads(checkpointed, separate=True)
+    for e, g in zip(expected, got, strict=True):
+        torch.testing.assert_close(g, e)
 
 
 timm = pytest.importorskip("timm")

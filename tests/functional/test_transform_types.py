@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+import torch
 from torch import nn
 
 import functional as F
@@ -109,3 +110,36 @@ def test_mypy_sees_the_class_kept(tmp_path):
     )
     assert 'expression has type "Net"' in errors[0], errors[0]
     assert any(re.search(r'Revealed type is "user_code\.Net"', line) for line in lines), run.stdout
+
+
+# The apply_* functions that act on one training step, not on a model: they take no
+# optimizers (issue 33 §4); their docstrings say they are not model transforms.
+_PER_STEP_OPS = {"apply_gradient_clipping", "apply_seq_length_warmup"}
+
+
+def test_every_model_transform_accepts_optimizers():
+    """README and getting started promise ``optimizers=`` on every ``apply_*`` model transform."""
+    transforms = _model_transforms()
+    applies = {name for name in F.__all__ if name.startswith("apply_")}
+    assert applies - set(transforms) == _PER_STEP_OPS
+    for name in sorted(_PER_STEP_OPS):
+        doc = " ".join((inspect.getdoc(getattr(F, name)) or "").split())
+        assert "not a model transform" in doc, f"{name}'s docstring should say so"
+    for name, signature in transforms.items():
+        parameter = signature.parameters.get("optimizers")
+        assert parameter is not None, f"{name}{signature} takes no optimizers="
+        assert parameter.default is None and parameter.kind in (
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.KEYWORD_ONLY,
+        ), f"{name}{signature}"
+
+
+@pytest.mark.parametrize("name", ["apply_channels_last", "apply_weight_standardization"])
+def test_optimizers_work_where_they_raised_type_error(name):
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    params = list(model.parameters())
+    assert getattr(F, name)(model, optimizers=[opt]) is model
+    assert [p for g in opt.param_groups for p in g["params"]] == params
+    with pytest.raises(TypeError, match="optimizers"):
+        getattr(F, name)(model, optimizers=model)
