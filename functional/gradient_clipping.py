@@ -423,11 +423,6 @@ def apply_gradient_clipping(
     - ``'value'``: clamp every gradient entry to ``[-clipping_threshold, clipping_threshold]``
       (the rule of ``torch.nn.utils.clip_grad_value_``).
 
-    Sparse gradients (``nn.Embedding(sparse=True)``) are clipped as torch clips them: by
-    ``'norm'``, counted in the global norm through their coalesced values and scaled with the
-    rest; by ``'value'``, coalesced (a row stored twice is one summed row) and clamped, so
-    ``.grad`` becomes the coalesced tensor (torch's ``clip_grad_value_`` has no sparse kernel).
-    ``'adaptive'`` refuses them with a ``TypeError`` (a unit's norm needs its whole row).
     - ``'adaptive'``: adaptive gradient clipping (AGC), unit by unit. For a unit with weights
       :math:`W_i` and gradient :math:`G_i`, with :math:`\lambda` = ``clipping_threshold``:
 
@@ -450,6 +445,12 @@ def apply_gradient_clipping(
       the tensors (most of it on the scratch); the scratch and the index are freed on return.
       Under ``torch.compile`` each tensor gets its own row-norm reductions (inductor fuses
       them). On CPU each large gradient is rescaled right after its norm, while in cache.
+
+    Sparse gradients (``nn.Embedding(sparse=True)``) are clipped as torch clips them: by
+    ``'norm'``, counted in the global norm through their coalesced values and scaled with the
+    rest; by ``'value'``, coalesced (a row stored twice is one summed row) and clamped, so
+    ``.grad`` becomes the coalesced tensor (torch's ``clip_grad_value_`` has no sparse kernel).
+    ``'adaptive'`` refuses them with a ``TypeError`` (a unit's norm needs its whole row).
 
     Args:
         parameters: a tensor, an iterable of tensors, or an ``nn.Module`` (its parameters).
