@@ -11,7 +11,6 @@ Composer's layers refuse it: the two thin layers would cost more than the dense 
 from __future__ import annotations
 
 import math
-
 from typing import TYPE_CHECKING
 
 import torch
