@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("surgery", "functional", "augment")
 
 # What a checkout may hold besides its sources; none of it goes into a release.
-LEFTOVERS = (".git", ".venv", ".peers", "*.egg-info", "build", "dist", "__pycache__", "*_cache")
+LEFTOVERS = (".git", ".venv", ".venv-compat", ".peers", "*.egg-info", "build", "dist", "__pycache__", "*_cache")
 LEFTOVERS += (".hypothesis", "demo_out", "_build", "out")
 
 
