@@ -6,6 +6,9 @@ test holds on every release the compatibility lane runs (2.6 and 2.15) and on th
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -53,3 +56,22 @@ def test_fused_sgd_gate_matches_the_cpu_kernel(dtype) -> None:
     # the gate says True exactly where every size is updated.
     works = all(_fused_sgd_moves(dtype, n) for n in (1, 16, 17, 1000))
     assert fused_sgd_is_correct(torch.device("cpu"), dtype) == works
+
+
+def test_library_code_never_calls_next_with_a_default() -> None:
+    # dynamo of torch 2.6 cannot trace next(iterator, default) ("invalid handler args"): it broke
+    # compute_ema under torch.compile through surgery.unwrap_model. A loop, or next() inside
+    # try/except StopIteration, traces on every supported release.
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for package in ("surgery", "functional", "augment"):
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id == "next"
+                    and len(node.args) + len(node.keywords) > 1
+                ):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not found, f"next(iterator, default) in {found}"
