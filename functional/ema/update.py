@@ -11,6 +11,7 @@ from torch import nn
 
 from functional._args import check_bool, check_generator, check_probability
 from functional._compat import fused_sgd_is_correct
+from functional._numeric import scalar_tensor
 from functional._values import check_step_scalar
 from functional.ema.pairing import _pairs, _same_dense_layout
 from functional.ema.rounding import LOW_PRECISION, _lerp_stochastic_, _warn_round_to_nearest
@@ -170,9 +171,10 @@ def _lerp_(
         weight = (1.0 - smoothing).to(device=device, dtype=dtype)
         torch._foreach_lerp_(ema_list, model_list, [weight] * len(ema_list))
     elif compiling:
-        # A float passed as a Scalar argument would be specialised (a recompile per value); as
-        # a factor of a tensor it stays a graph input.
-        weight = torch.ones((), device=device, dtype=dtype) * (1.0 - smoothing)
+        # A float passed as a Scalar argument would be specialised (a recompile per value), and
+        # so would Python arithmetic on it with dynamo of torch 2.6: added to a tensor first, it
+        # stays a graph input on every release.
+        weight = 1.0 - scalar_tensor(smoothing, dtype=dtype, device=device)
         torch._foreach_lerp_(ema_list, model_list, [weight] * len(ema_list))
     else:
         torch._foreach_lerp_(ema_list, model_list, 1.0 - smoothing)
