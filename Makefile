@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 TEST_TORCH_SEED ?= 0
 
-.PHONY: test demo bench gpu-check peers lint docs clean
+.PHONY: test test-compat demo bench gpu-check peers lint docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,15 @@ $(STAMP): pyproject.toml | $(PY)
 
 test: $(STAMP)
 	OMP_WAIT_POLICY=PASSIVE HYPOTHESIS_PROFILE=ci TEST_TORCH_SEED=$(TEST_TORCH_SEED) $(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The compatibility lane: the non-slow tests of functional, surgery and augment and every compile
+# test on each end of the supported torch range (2.6 and 2.15), each in its own environment under
+# .venv-compat/ (made on first use, about 2 minutes and 6 GB each, then reused). See
+# .ci/compat/lane.sh; COMPAT_TORCH="2.15" runs one end only.
+COMPAT_TORCH ?= 2.6 2.15
+
+test-compat:
+	PYTHON=$(PYTHON) bash .ci/compat/lane.sh $(COMPAT_TORCH)
 
 # The demo installs Fashion-MNIST (Debian's dataset-fashion-mnist) itself when it is missing
 # and it may (root with apt-get); otherwise it says the command and falls back to the digits.
@@ -62,4 +71,4 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 clean:
-	rm -rf $(VENV) docs/_build docs/api/generated docs/gallery/_generated .pytest_cache .hypothesis .ruff_cache .mypy_cache *.egg-info benchmarks/out
+	rm -rf $(VENV) .venv-compat docs/_build docs/api/generated docs/gallery/_generated .pytest_cache .hypothesis .ruff_cache .mypy_cache *.egg-info benchmarks/out

@@ -61,17 +61,18 @@ def sample_beta(
     ``log G = log G' + log(U) / a``, ``G' ~ Gamma(a + 1)``, ``U ~ Uniform(0, 1)``, and the
     difference is formed before dividing by ``a``: finite terms, so the result is never NaN
     (a difference of two infinities) and always lies in ``[0, 1]``, whatever ``a > 0``.
-    ``alpha`` may be a symbolic float under ``torch.compile`` (no recompile when it changes).
+    ``alpha`` may be a symbolic float under ``torch.compile`` (no recompile when it changes): it
+    is put on a tensor before any arithmetic, which dynamo of torch 2.6 would specialise on.
     """
-    alpha = max(alpha, _TINY_ALPHA)
     device = random_device(generator)
     shape = (2, *size)
-    conc = torch.zeros(shape, dtype=torch.float64, device=device) + (alpha + 1.0)
+    a = (torch.zeros((), dtype=torch.float64, device=device) + alpha).clamp_min(_TINY_ALPHA)
+    conc = torch.zeros(shape, dtype=torch.float64, device=device) + (a + 1.0)
     gamma = torch._standard_gamma(conc, generator=generator)
     uniform = torch.rand(shape, dtype=torch.float64, device=device, generator=generator)
     log_gamma = gamma.clamp_min(1e-300).log()
     log_uniform = torch.log1p(-uniform)  # 1 - U lies in (0, 1]: finite
-    logit = (log_gamma[0] - log_gamma[1]) + (log_uniform[0] - log_uniform[1]) * (1.0 / alpha)
+    logit = (log_gamma[0] - log_gamma[1]) + (log_uniform[0] - log_uniform[1]) * a.reciprocal()
     return torch.sigmoid(logit)
 
 

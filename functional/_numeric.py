@@ -19,6 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from functional._compat import fused_sgd_is_correct
+
 __all__ = [
     "accumulation_dtype",
     "add_scaled_",
@@ -177,7 +179,9 @@ def add_scaled_(
     weight's dtype: ``scale`` rounded to float16 would be subnormal, then 0, as ‖g‖ grows. Fused
     SGD with ``maximize=True``, no momentum and ``lr=scale`` is exactly this update, in one pass
     (one launch for all tensors), and it skips on the device when its ``found_inf`` is set: no
-    ``0·inf = NaN`` reaches the weights, and no gradient is touched to prevent it.
+    ``0·inf = NaN`` reaches the weights, and no gradient is touched to prevent it. Under
+    compile, and on releases whose kernel is wrong for the dtype (``fused_sgd_is_correct``), the
+    same update runs per tensor.
     """
     device = params[0].device
     # CUDA reads a tensor lr as float32 (for float64 weights too: the factor is then rounded to
@@ -186,9 +190,9 @@ def add_scaled_(
     lr = scale.to(device=device, dtype=lr_dtype, non_blocking=True)
     # (The fused kernel has no meta implementation, so a compiled step takes the per-tensor form,
     # which inductor fuses anyway.)
-    compiling = torch.compiler.is_compiling()
+    usable = not torch.compiler.is_compiling() and fused_sgd_is_correct(device, params[0].dtype)
     pairs = zip(params, grads, strict=True)
-    fused = [] if compiling else [i for i, (p, g) in enumerate(pairs) if _fusable(p, g)]
+    fused = [i for i, (p, g) in enumerate(pairs) if _fusable(p, g)] if usable else []
     if fused:
         torch._fused_sgd_(
             [params[i] for i in fused],
@@ -203,7 +207,7 @@ def add_scaled_(
             is_first_step=False,
             found_inf=skipped.to(device=device, dtype=torch.float32, non_blocking=True),
         )
-    if len(fused) < len(params):  # compiling, or a pair the fused kernel does not take
+    if len(fused) < len(params):  # compiling, a pair it does not take, or a wrong kernel
         skip = skipped.to(device, non_blocking=True)
         factor = scale.to(device, non_blocking=True)
         acc = accumulation_dtype(params[0].dtype)

@@ -417,7 +417,8 @@ def _find_blocks(model: nn.Module) -> _Found:
     registered = _FEED_FORWARD_BLOCKS.snapshot()
     found = _Found()
     for module in model.modules():
-        attributes = next((registered[c] for c in type(module).__mro__ if c in registered), None)
+        matches = [registered[c] for c in type(module).__mro__ if c in registered]
+        attributes = matches[0] if matches else None
         if attributes is not None:
             linear = getattr(module, attributes[0], None)
             where = f"{type(module).__qualname__}.{attributes[0]}"

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from functional._args import check_generator, check_in_range, check_int, check_module
+from functional._deploy import NotScriptable
 from functional._policies import ModelT, NoEffectReport
 from functional.stochastic_depth.generators import draw_bits
 from surgery import (
@@ -58,7 +59,7 @@ def _draw_seed(generator: torch.Generator | None) -> int:
     return int(torch.randint(0, 2**62, (), generator=generator, dtype=torch.int64))
 
 
-class GyroDropoutLayer(nn.Dropout):
+class GyroDropoutLayer(NotScriptable, nn.Dropout):
     """Dropout that trains ``tau`` of ``sigma`` fixed subnetworks at a time (gyro dropout).
 
     In training mode, sample ``i`` of a batch of ``B`` uses the active mask

@@ -149,7 +149,7 @@ def freeze_layers(
             f"got {type(logger).__name__}"
         )
 
-    layers = [m for m in model.modules() if next(m.parameters(recurse=False), None) is not None]
+    layers = [m for m in model.modules() if any(True for _ in m.parameters(recurse=False))]
     if not layers:
         warn_no_effect("freeze_layers", "modules with parameters to freeze")
         _log(logger, 0, 0.0)

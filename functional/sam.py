@@ -62,6 +62,37 @@ class _Cycle:
         self.phase = 0
 
 
+class _Scratch:
+    """Scratch tensors for the copy of w, kept between steps, on a plain Python object.
+
+    Reusing them spares the allocator a parameter-sized allocation and free per SAM step (on
+    CPU, glibc returns such blocks to the OS and every step page-faults them back). They hold
+    no state: any tensors of the right layout do, so they are matched by layout alone. (Not an
+    attribute of the optimizer: dynamo before torch 2.9 cannot trace a ``setattr`` on an
+    ``Optimizer`` subclass, measured on 2.6.0.)
+    """
+
+    __slots__ = ("buffers", "layout")
+
+    def __init__(self) -> None:
+        self.buffers: list[torch.Tensor] = []
+        self.layout: list[tuple[Any, ...]] = []
+
+    def like(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Tensors shaped, strided and placed like ``params``, reused when they already are.
+
+        Under compile they are new each step: the graph plans its own memory, and a reuse
+        decision would be guarded (a second graph after the first step).
+        """
+        if torch.compiler.is_compiling():
+            return [torch.empty_like(p, requires_grad=False) for p in params]
+        layout = [(p.shape, p.stride(), p.dtype, p.device) for p in params]
+        if layout != self.layout:
+            self.buffers = [torch.empty_like(p, requires_grad=False) for p in params]
+            self.layout = layout
+        return self.buffers
+
+
 class SAMOptimizer(Optimizer):
     r"""Wrap ``base_optimizer`` so that each step minimises the sharpness-aware loss.
 
@@ -209,8 +240,7 @@ class SAMOptimizer(Optimizer):
         self._steps = torch.zeros((), dtype=torch.int64)
         self._cycle = _Cycle()
         self._second_pass = _GradientsView(self)
-        self._scratch: list[torch.Tensor] = []
-        self._scratch_layout: list[tuple[Any, ...]] = []
+        self._scratch = _Scratch()
         # What torch.optim.Optimizer.__init__ sets up, minus the parameter bookkeeping, which
         # lives in the base optimizer (see the properties below).
         self._optimizer_step_pre_hooks = OrderedDict()
@@ -321,21 +351,8 @@ class SAMOptimizer(Optimizer):
         # torch.optim.Optimizer pickles only defaults/state/param_groups, which here belong to
         # the base optimizer: keep the whole wrapper instead, minus the scratch buffers.
         state = self.__dict__.copy()
-        state["_scratch"], state["_scratch_layout"] = [], []
+        state["_scratch"] = _Scratch()
         return state
-
-    def _saved_buffers(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Scratch tensors shaped like ``params`` for the copy of w, kept between steps.
-
-        Reusing them spares the allocator a parameter-sized allocation and free per SAM step
-        (on CPU, glibc returns such blocks to the OS and every step page-faults them back). They
-        hold no state: any tensors of the right layout do, so they are matched by layout alone.
-        """
-        layout = [(p.shape, p.stride(), p.dtype, p.device) for p in params]
-        if layout != self._scratch_layout:
-            self._scratch = [torch.empty_like(p, requires_grad=False) for p in params]
-            self._scratch_layout = layout
-        return self._scratch
 
     def __repr__(self) -> str:
         inner = repr(self.base_optimizer).replace("\n", "\n    ")
@@ -404,7 +421,7 @@ class SAMOptimizer(Optimizer):
         # e(w) = g·ρ/(‖g‖+ε); the factor stays in float32 (float64 for float64 gradients).
         scale = torch.where(skipped, 0.0, self.rho / (norm + self.epsilon))
         local_params = local_tensors(params)
-        saved = self._saved_buffers(local_params)
+        saved = self._scratch.like(local_params)
         groups = group_by_device_and_dtype(local_params, local_tensors(grads), saved)
         for ps, gs, ws in groups.values():
             torch._foreach_copy_(ws, ps)
@@ -437,9 +454,14 @@ class SAMOptimizer(Optimizer):
             groups, skipped = self._ascend(params, grads)
         try:
             # With a grad scaler an overflow at w skips the step: the second pass must then leave
-            # no trace either (BatchNorm statistics), as GradScaler.step leaves none.
-            with torch.enable_grad(), _buffer_updates_undone_if(skipped, found_inf is not None):
-                closure()
+            # no trace either (BatchNorm statistics), as GradScaler.step leaves none. Without
+            # one no context is entered: dynamo of torch 2.6 cannot trace a contextmanager.
+            with torch.enable_grad():
+                if found_inf is None:
+                    closure()
+                else:
+                    with _buffer_updates_undone_if(skipped):
+                        closure()
             second_inf = self._unscale(self._second_pass)
         finally:
             with torch.no_grad():
@@ -452,13 +474,10 @@ class SAMOptimizer(Optimizer):
 
 
 @contextlib.contextmanager
-def _buffer_updates_undone_if(flag: torch.Tensor, active: bool) -> Iterator[None]:
+def _buffer_updates_undone_if(flag: torch.Tensor) -> Iterator[None]:
     """Inside the block, every module whose forward runs has its buffers (BatchNorm statistics)
     saved on entry; on leaving, they are put back where ``flag`` (a 0-d bool on the device) is
-    set, with no host read. Inactive: nothing is saved."""
-    if not active:
-        yield
-        return
+    set, with no host read."""
     touched: list[tuple[torch.Tensor, torch.Tensor]] = []
     seen: set[int] = set()
     entered: set[int] = set()

@@ -206,4 +206,6 @@ def _cut(
         return value[:, :length].contiguous()
     pieces = value.shape[1] // length
     kept = value[:, : pieces * length]
-    return kept.reshape(value.shape[0] * pieces, length, *value.shape[2:])
+    # contiguous: when length does not divide L the reshape is a strided view, which a model's
+    # own .view(-1) (HF's loss on labels) refuses
+    return kept.reshape(value.shape[0] * pieces, length, *value.shape[2:]).contiguous()

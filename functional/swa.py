@@ -276,9 +276,10 @@ class SWA:
             raise TypeError(f"input_key must be a str or None, got {type(input_key).__name__}")
         model: nn.Module = self._averaged
         inputs = self._inputs(loader, input_key)
-        first = next(inputs, None)
-        if first is None:
-            raise ValueError("update_bn: loader yielded no batches")
+        try:
+            first = next(inputs)
+        except StopIteration:
+            raise ValueError("update_bn: loader yielded no batches") from None
         if isinstance(first, Mapping):
             model = _CallWithKeywords(self._averaged.module)
 

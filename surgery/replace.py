@@ -329,12 +329,13 @@ class _Walk:
     def run(self) -> _Walk:
         while self._stack:
             parent, children = self._stack[-1]
-            step = next(children, None)
-            if step is None:
+            for name, child in children:  # the next child, if any
+                if child is not None:
+                    self._visit(parent, name, child)
+                break
+            else:
                 self._stack.pop()
                 self._on_path.discard(parent)
-            elif step[1] is not None:
-                self._visit(parent, step[0], step[1])
         return self
 
     def _enter(self, module: nn.Module) -> None:

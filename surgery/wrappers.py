@@ -122,13 +122,11 @@ def unwrap_model(module: nn.Module) -> nn.Module:
 def _wrapper_kind(cls: type) -> str | None:
     """The name in :data:`_WRAPPERS` of the torch wrapper ``cls`` is (or derives from), if any.
 
-    Not cached: a walk of a few base classes costs about as much as a cache lookup would.
+    Not cached: a walk of a few base classes costs about as much as a cache lookup would. (A
+    loop, not ``next(generator, None)``, which dynamo of torch 2.6 cannot trace: ``compute_ema``
+    runs this under ``torch.compile``.)
     """
-    return next(
-        (
-            base.__name__
-            for base in cls.__mro__
-            if base.__name__ in _WRAPPERS and base.__module__.startswith("torch.")
-        ),
-        None,
-    )
+    for base in cls.__mro__:
+        if base.__name__ in _WRAPPERS and base.__module__.startswith("torch."):
+            return base.__name__
+    return None

@@ -17,11 +17,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tests.test_distributed import _fully_shard, launch
+from tests.test_distributed import FSDP2_ON_CPU, _fully_shard, launch
 
 pytestmark = [
     pytest.mark.distributed,
     pytest.mark.slow,
+    FSDP2_ON_CPU,
     pytest.mark.skipif(not dist.is_available(), reason="torch.distributed unavailable"),
 ]
 

@@ -28,7 +28,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("surgery", "functional", "augment")
 
 # What a checkout may hold besides its sources; none of it goes into a release.
-LEFTOVERS = (".git", ".venv", ".peers", "*.egg-info", "build", "dist", "__pycache__", "*_cache")
+LEFTOVERS = (
+    ".git",
+    ".venv",
+    ".venv-compat",
+    ".peers",
+    "*.egg-info",
+    "build",
+    "dist",
+    "__pycache__",
+    "*_cache",
+)
 LEFTOVERS += (".hypothesis", "demo_out", "_build", "out")
 
 
@@ -109,7 +119,7 @@ def test_wheel_metadata_reads_well_on_a_package_index(dists):
     assert metadata["License-Expression"] == "Apache-2.0"
     assert metadata["Requires-Python"] == ">=3.10"
     requires = metadata.get_all("Requires-Dist")
-    assert "torch>=2.14" in requires and "torchvision>=0.29" in requires
+    assert "torch>=2.6" in requires and "torchvision>=0.21" in requires
     assert any(c.startswith("Topic ::") for c in metadata.get_all("Classifier"))
     assert metadata["Keywords"]
     description = metadata.get_payload()
@@ -258,3 +268,29 @@ def test_the_two_readmes_share_one_quickstart():
     assert _python_blocks(index) and _python_blocks(index) in _python_blocks(front)
     for text in (front, index):
         assert "../" not in text and "shared/" not in text
+
+
+def _pins(release: str) -> dict[str, str]:
+    text = (ROOT / ".ci" / "compat" / f"torch-{release}.txt").read_text()
+    return dict(line.strip().split("==") for line in text.splitlines() if "==" in line)
+
+
+def test_the_supported_torch_range_is_stated_once():
+    """pyproject.toml's floors are the compatibility lane's oldest pins; README.md,
+    README.pypi.md and docs/getting_started.md state that range, up to the lane's newest."""
+    lanes = re.search(r"COMPAT_TORCH \?= (.+)", (ROOT / "Makefile").read_text())
+    assert lanes is not None
+    oldest, newest = (_pins(r) for r in lanes.group(1).split())
+    requires = re.search(r"dependencies = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(), re.S)
+    assert requires is not None
+    for name in ("torch", "torchvision"):
+        floor = ".".join(oldest[name].split(".")[:2])
+        assert f'"{name}>={floor}"' in requires.group(1), (name, floor)
+    top = lambda pins, name: ".".join(pins[name].split(".")[:2])  # noqa: E731
+    stated = (
+        f"torch {top(oldest, 'torch')} to {top(newest, 'torch')} with torchvision "
+        f"{top(oldest, 'torchvision')} to {top(newest, 'torchvision')}"
+    )
+    for doc in ("README.md", "README.pypi.md", "docs/getting_started.md"):
+        text = " ".join((ROOT / doc).read_text().split())
+        assert stated in text, f"{doc} must say {stated!r}"

@@ -10,6 +10,8 @@ import torch
 from torch import nn
 
 from functional._args import check_bool, check_generator, check_probability
+from functional._compat import fused_sgd_is_correct
+from functional._numeric import scalar_tensor
 from functional._values import check_step_scalar
 from functional.ema.pairing import _pairs, _same_dense_layout
 from functional.ema.rounding import LOW_PRECISION, _lerp_stochastic_, _warn_round_to_nearest
@@ -169,9 +171,10 @@ def _lerp_(
         weight = (1.0 - smoothing).to(device=device, dtype=dtype)
         torch._foreach_lerp_(ema_list, model_list, [weight] * len(ema_list))
     elif compiling:
-        # A float passed as a Scalar argument would be specialised (a recompile per value); as
-        # a factor of a tensor it stays a graph input.
-        weight = torch.ones((), device=device, dtype=dtype) * (1.0 - smoothing)
+        # A float passed as a Scalar argument would be specialised (a recompile per value), and
+        # so would Python arithmetic on it with dynamo of torch 2.6: added to a tensor first, it
+        # stays a graph input on every release.
+        weight = 1.0 - scalar_tensor(smoothing, dtype=dtype, device=device)
         torch._foreach_lerp_(ema_list, model_list, [weight] * len(ema_list))
     else:
         torch._foreach_lerp_(ema_list, model_list, 1.0 - smoothing)
@@ -194,11 +197,13 @@ def _fused_lerp_(
     :math:`w_\text{ema} + (1 - s)(w_\text{model} - w_\text{ema})` in one pass, reading both
     sides once and writing the EMA once (float32 arithmetic for bfloat16 and float16, the
     product in double for float32), and writes nothing else. The kernel walks memory, so every
-    pair must have the same strides and fill its memory densely.
+    pair must have the same strides and fill its memory densely, and the release's kernel must
+    be right for the dtype (``fused_sgd_is_correct``: not float16/bfloat16 on the CPU before
+    torch 2.14).
     """
-    if dtype not in (torch.float32, *LOW_PRECISION) or not all(
-        map(_same_dense_layout, ema_list, model_list)
-    ):
+    if dtype not in (torch.float32, *LOW_PRECISION) or not fused_sgd_is_correct(device, dtype):
+        return False
+    if not all(map(_same_dense_layout, ema_list, model_list)):
         return False
     lr = smoothing.to(torch.float32)
     lr = (lr if lr.device.type == "cpu" else lr.to(device)) - 1.0

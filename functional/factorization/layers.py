@@ -11,6 +11,7 @@ Composer's layers refuse it: the two thin layers would cost more than the dense 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -45,10 +46,11 @@ class _Factorized(nn.Module):
     # A composite (functional/_composition.py): other transforms see one layer, its two parts.
     _see_through = ("module0", "module1")
 
-    latent_size: int
-    approximation_error: float
-    module0: nn.Conv2d | nn.Linear
-    module1: nn.Conv2d | nn.Linear
+    if TYPE_CHECKING:  # for type checkers only: TorchScript infers attributes from the instance
+        latent_size: int
+        approximation_error: float
+        module0: nn.Conv2d | nn.Linear
+        module1: nn.Conv2d | nn.Linear
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return self.module1(self.module0(input))
@@ -207,8 +209,9 @@ class FactorizedConv2d(_Factorized):
         (16, torch.Size([2, 32, 8, 8]))
     """
 
-    module0: nn.Conv2d
-    module1: nn.Conv2d
+    if TYPE_CHECKING:  # for type checkers only: TorchScript reads submodules from the instance
+        module0: nn.Conv2d
+        module1: nn.Conv2d
 
     def __init__(
         self,
@@ -352,8 +355,9 @@ class FactorizedLinear(_Factorized):
         (16, torch.Size([2, 64]), True)
     """
 
-    module0: nn.Linear
-    module1: nn.Linear
+    if TYPE_CHECKING:  # for type checkers only: TorchScript reads submodules from the instance
+        module0: nn.Linear
+        module1: nn.Linear
 
     def __init__(
         self,

@@ -130,7 +130,8 @@ class StochasticBlock(NotScriptable, nn.Module):
     ) -> None:
         check_one_of(stochastic_method, "stochastic_method", _METHODS)
         check_bool(skip_dropped, "skip_dropped")
-        device = next((t.device for t in (*self.parameters(), *self.buffers())), None)
+        tensors = [*self.parameters(), *self.buffers()]
+        device = tensors[0].device if tensors else None
         self._register_stochastic_buffers(device)
         self.drop_rate = drop_rate
         self.stochastic_method = stochastic_method

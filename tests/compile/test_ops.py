@@ -32,9 +32,22 @@ import torch
 import torch._dynamo
 
 import functional as F
+from functional._compat import TORCH_RELEASE
 from tests.devicecheck import assert_compiles_once, compile_counter, no_host_reads
 
 pytestmark = pytest.mark.compile
+
+# Dynamo of torch 2.6 specialises on a Python float used in Python arithmetic (``1.0 - s``,
+# ``s * size``): each new value recompiles (results stay right). Measured on 2.6.0; 2.14.1 and
+# 2.15.0 generalise after the second value. The shared helpers put such floats on tensors first
+# where that was found (compute_ema, the Beta draws of mixup and cutmix); these ops still
+# specialise on 2.6, so their graph counts are pinned to 2.14+ and expected to fail on 2.6.
+# Users of 2.6 pass 0-d tensors for values that change each step (docs/getting_started.md).
+FLOATS_SPECIALISE = pytest.mark.xfail(
+    TORCH_RELEASE < (2, 7),
+    reason="dynamo of torch 2.6 recompiles for each new Python float these ops do arithmetic on",
+    strict=True,
+)
 
 N_CLASSES = 5
 
@@ -221,7 +234,10 @@ def test_cutmix_compiled_equals_eager() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("per_sample,uniform", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize(
+    "per_sample,uniform",
+    [pytest.param(False, False, marks=FLOATS_SPECIALISE), (True, False), (True, True)],
+)
 def test_cutout_reads_nothing_and_compiles_once(per_sample, uniform) -> None:
     x = _images()
     with no_host_reads():
@@ -248,6 +264,7 @@ def test_cutout_reads_nothing_and_compiles_once(per_sample, uniform) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+@FLOATS_SPECIALISE
 def test_colout_reads_nothing_and_compiles_once() -> None:
     x = _images()
     with no_host_reads():
@@ -364,6 +381,7 @@ def test_resize_targets_of_another_size_read_nothing_compile_once_and_equal_eage
     _compiled_equals_eager(fn, (x, y))
 
 
+@FLOATS_SPECIALISE
 def test_resize_crop_compiles_once_over_new_offsets_and_equals_eager() -> None:
     x = _images(shape=(3, 10, 9)).to(memory_format=torch.channels_last)
     y = torch.randint(0, N_CLASSES, (4, 10, 9))
@@ -396,7 +414,11 @@ def _scorer() -> torch.nn.Module:
 
 
 @pytest.mark.parametrize(
-    "loss_fun", [torch.nn.functional.cross_entropy, torch.nn.CrossEntropyLoss()]
+    "loss_fun",
+    [
+        pytest.param(torch.nn.functional.cross_entropy, marks=FLOATS_SPECIALISE),
+        torch.nn.CrossEntropyLoss(),
+    ],
 )
 def test_select_using_loss_reads_nothing_compiles_once_and_equals_eager(loss_fun) -> None:
     model = _scorer()

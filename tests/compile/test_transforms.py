@@ -33,6 +33,7 @@ import torchvision
 from torch import nn
 
 import functional as F
+from functional._compat import TORCH_RELEASE
 from functional.factorization import FactorizedConv2d, FactorizedLinear
 from functional.gated_linear_units import GatedLinear
 from functional.ghost_batchnorm import GhostBatchNorm2d, GhostBatchNormAct2d
@@ -48,6 +49,14 @@ from tests.functional._hf_models import hf_model
 transformers = pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.compile
+
+# torch.compile of Hugging Face models fails inside transformers itself on torch 2.6 (measured on
+# 2.6.0 with transformers 5.25: "too many positional arguments" while dynamo binds a forward's
+# arguments, and an unsupported ``co_varnames`` lookup in GPT-2's forward), not in this library;
+# 2.14.1 and 2.15.0 pass (and 2.9.1 did, by issue 37's table).
+# docs/getting_started.md says so too.
+HF_COMPILES = TORCH_RELEASE >= (2, 7)
+HF_SKIP_REASON = "torch.compile of Hugging Face models fails inside transformers on torch 2.6"
 
 VOCAB = 40
 STEPS = 3
@@ -135,6 +144,7 @@ class Case:
     tokens: bool = False
     channels_last: bool = False
     autocast: bool = False  # the low-precision norms only differ from plain ones under autocast
+    hf: bool = False  # a Hugging Face model: see HF_COMPILES
 
 
 CASES: dict[str, Case] = {
@@ -152,11 +162,14 @@ CASES: dict[str, Case] = {
     ),
     "channels_last": Case(lambda: F.apply_channels_last(resnet()), channels_last=True),
     "low_precision_layernorm": Case(
-        lambda: F.apply_low_precision_layernorm(gpt2(), torch.bfloat16), tokens=True, autocast=True
+        lambda: F.apply_low_precision_layernorm(gpt2(), torch.bfloat16),
+        tokens=True,
+        autocast=True,
+        hf=True,
     ),
-    "alibi_gpt2": Case(lambda: F.apply_alibi(gpt2(), max_sequence_length=64), tokens=True),
-    "alibi_bert": Case(lambda: F.apply_alibi(bert(), max_sequence_length=64), tokens=True),
-    "gated_linear_units": Case(lambda: F.apply_gated_linear_units(bert()), tokens=True),
+    "alibi_gpt2": Case(lambda: F.apply_alibi(gpt2(), max_sequence_length=64), tokens=True, hf=True),
+    "alibi_bert": Case(lambda: F.apply_alibi(bert(), max_sequence_length=64), tokens=True, hf=True),
+    "gated_linear_units": Case(lambda: F.apply_gated_linear_units(bert()), tokens=True, hf=True),
     "alibi_and_glu_transformer_encoder": Case(encoder_alibi_glu, tokens=True),
     "ghost_batchnorm_act_timm": Case(
         lambda: F.apply_ghost_batchnorm(timm_model("mobilenetv3_small_050"), ghost_batch_size=2)
@@ -167,8 +180,10 @@ CASES: dict[str, Case] = {
         ),
         autocast=True,
     ),
-    "alibi_and_glu_roberta": Case(lambda: alibi_and_glu(hf_model("roberta")), tokens=True),
-    "alibi_and_glu_distilbert": Case(lambda: alibi_and_glu(hf_model("distilbert")), tokens=True),
+    "alibi_and_glu_roberta": Case(lambda: alibi_and_glu(hf_model("roberta")), tokens=True, hf=True),
+    "alibi_and_glu_distilbert": Case(
+        lambda: alibi_and_glu(hf_model("distilbert")), tokens=True, hf=True
+    ),
 }
 
 
@@ -240,6 +255,8 @@ def assert_close_models(compiled: nn.Module, eager: nn.Module, rtol: float, atol
 
 
 def run_compiled_vs_eager(case: Case, backend: str) -> None:
+    if case.hf and not HF_COMPILES:
+        pytest.skip(HF_SKIP_REASON)
     data = batches(case, STEPS)
     eager_model = build(case)
     eager_losses = train(eager_model, eager_model, data, autocast=case.autocast)
@@ -270,6 +287,7 @@ def test_inductor_training_step_equals_eager(name: str) -> None:
     run_compiled_vs_eager(CASES[name], "inductor")
 
 
+@pytest.mark.skipif(not HF_COMPILES, reason=HF_SKIP_REASON)
 def test_alibi_second_length_compiles_once_more_and_no_more() -> None:
     """The ALiBi bias is built inside the graph under compile (no cached-buffer mutation, which
     recompiled the second step before): a new sequence length is a new shape (one more graph,

@@ -35,6 +35,11 @@ def _norms() -> nn.Module:
     )
 
 
+def _dropout_cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Dropout(0.5), nn.Linear(400, 4))
+
+
 _IMAGES = torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(1))
 
 # name -> (transformed model, scripts: True, or the refusal is expected)
@@ -52,6 +57,10 @@ VISION: dict[str, tuple[Callable[[], nn.Module], bool]] = {
     "weight_standardization": (lambda: F.apply_weight_standardization(_resnet()), False),
     "ghost_batchnorm": (lambda: F.apply_ghost_batchnorm(_resnet(), ghost_batch_size=1), False),
     "channels_last": (lambda: F.apply_channels_last(_resnet()), True),
+    "gyro_dropout": (
+        lambda: F.apply_gyro_dropout(_dropout_cnn(), 10, 2, p=0.5, sigma=8, tau=2),
+        False,
+    ),
     "low_precision_layernorm": (
         lambda: F.apply_low_precision_layernorm(_norms(), torch.bfloat16),
         False,
@@ -65,10 +74,6 @@ VISION: dict[str, tuple[Callable[[], nn.Module], bool]] = {
         True,
     ),
 }
-# The factorization layers script once their class annotations are types, not strings (left to
-# the factorization rewrite, which owns functional/factorization*): today TorchScript fails with
-# "Unknown type annotation: 'nn.Conv2d'".
-_PENDING = {"factorization": "FactorizedConv2d's string class annotations (factorization rewrite)"}
 
 
 def _check_script(model: nn.Module, x: torch.Tensor, expected: torch.Tensor, scripts: bool) -> None:
@@ -81,8 +86,6 @@ def _check_script(model: nn.Module, x: torch.Tensor, expected: torch.Tensor, scr
 
 @pytest.mark.parametrize("name", sorted(VISION))
 def test_vision_transform_exports_and_scripts_or_names_the_way_out(name: str) -> None:
-    if name in _PENDING:
-        pytest.xfail(_PENDING[name])
     build, scripts = VISION[name]
     model = build().eval()
     with torch.no_grad():

@@ -13,6 +13,7 @@ from torch import nn
 
 import functional as F
 from tests.functional import reference
+from tests.test_distributed import FSDP2_ON_CPU
 
 
 def test_smoothing_formula() -> None:
@@ -523,8 +524,10 @@ def scenario_use_ema_weights_on_fsdp2_shards(rank: int, world_size: int) -> None
 @pytest.mark.distributed
 @pytest.mark.parametrize(
     "scenario",
-    [scenario_use_ema_weights_through_ddp, scenario_use_ema_weights_on_fsdp2_shards],
-    ids=["ddp", "fsdp2"],
+    [
+        pytest.param(scenario_use_ema_weights_through_ddp, id="ddp"),
+        pytest.param(scenario_use_ema_weights_on_fsdp2_shards, id="fsdp2", marks=FSDP2_ON_CPU),
+    ],
 )
 def test_use_ema_weights_distributed(scenario) -> None:
     from tests.test_distributed import launch

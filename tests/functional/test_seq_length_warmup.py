@@ -84,6 +84,9 @@ def test_split_makes_rows_of_the_current_length(length) -> None:
     for key in ("input_ids", "attention_mask", "embeds"):
         assert torch.equal(out[key], reference.seq_split(batch[key], length))
         assert out[key].shape[:2] == (2 * (10 // length), length)
+        # contiguous whether or not length divides L: models .view() their labels
+        assert out[key].is_contiguous()
+        out[key].view(-1)
 
 
 def test_length_at_least_l_leaves_tensors_alone_and_input_is_not_modified() -> None:
