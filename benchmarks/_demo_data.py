@@ -15,7 +15,7 @@ import gzip
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -43,12 +43,14 @@ CLASSES = (
     "Bag",
     "Ankle boot",
 )
+VALIDATION_SEED = 1234  # fixes which training images are held out for validation
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
 @dataclass
 class Dataset:
-    """Training and test tensors: images float32 in [0, 1], (N, 1, H, W); labels int64."""
+    """Training, validation and test tensors: images float32 in [0, 1], (N, 1, H, W); labels
+    int64. The validation images are held out of the training set (:meth:`hold_out`)."""
 
     name: str
     x_train: torch.Tensor
@@ -56,23 +58,44 @@ class Dataset:
     x_test: torch.Tensor
     y_test: torch.Tensor
     note: str = ""
+    x_val: torch.Tensor = field(default_factory=lambda: torch.empty(0, 1, 28, 28))
+    y_val: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))
+
+    def hold_out(self, n_val: int, seed: int = VALIDATION_SEED) -> Dataset:
+        """Move ``n_val`` training images, drawn by ``seed``, into the validation split.
+
+        The draw depends only on ``seed`` and the training set, so the split is the same in
+        every run, mode and size: every choice (ablation, recipe, hyperparameters) is made on
+        these images, and the test set is read only by the final runs.
+        """
+        if not 0 < n_val < len(self.y_train):
+            raise ValueError(f"n_val must be in (0, {len(self.y_train)}), got {n_val}")
+        order = torch.randperm(len(self.y_train), generator=torch.Generator().manual_seed(seed))
+        val, train = order[:n_val], order[n_val:].sort().values
+        return replace(
+            self,
+            x_train=self.x_train[train],
+            y_train=self.y_train[train],
+            x_val=self.x_train[val],
+            y_val=self.y_train[val],
+        )
 
     def subset(self, n_train: int | None, n_test: int | None) -> Dataset:
-        """The first ``n_train`` training and ``n_test`` test images (all when ``None``)."""
-        return Dataset(
-            self.name,
-            self.x_train[:n_train],
-            self.y_train[:n_train],
-            self.x_test[:n_test],
-            self.y_test[:n_test],
-            self.note,
+        """The first ``n_train`` training and ``n_test`` test images (all when ``None``); the
+        validation split is kept whole."""
+        return replace(
+            self,
+            x_train=self.x_train[:n_train],
+            y_train=self.y_train[:n_train],
+            x_test=self.x_test[:n_test],
+            y_test=self.y_test[:n_test],
         )
 
     def describe(self) -> str:
         h, w = self.x_train.shape[-2:]
         return (
-            f"{self.name}: {len(self.y_train):,} training / {len(self.y_test):,} test images, "
-            f"{h}x{w}"
+            f"{self.name}: {len(self.y_train):,} training / {len(self.y_val):,} validation "
+            f"(held out of the training set) / {len(self.y_test):,} test images, {h}x{w}"
         )
 
 
