@@ -23,7 +23,7 @@ import augment
 import functional as F
 
 from ._demo_data import Dataset
-from ._study import Point
+from ._study import Point, TimedRun
 
 N_CLASSES = 10
 # name -> what it does here (the ablation's rows, in this order)
@@ -84,7 +84,7 @@ def _soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Te
     return torch.sum(-targets * TF.log_softmax(logits, dim=1), dim=1).mean()
 
 
-class Run:
+class Run(TimedRun):
     """One training run, advanced ``n`` steps at a time by :meth:`advance`.
 
     ``split`` is what :meth:`evaluate` reads once at the end: ``"val"`` (the held-out
@@ -163,10 +163,6 @@ class Run:
 
     # -- one step ----------------------------------------------------------------------------
 
-    @property
-    def done(self) -> bool:
-        return self.step >= self.total_steps
-
     def _batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         i = self.step % self.steps_per_epoch
         if i == 0:
@@ -239,16 +235,6 @@ class Run:
         self.point.extra["images"] += len(y)
 
     # -- public ------------------------------------------------------------------------------
-
-    def advance(self, n: int) -> int:
-        """Train up to ``n`` more steps; their CPU and wall time are added to the point."""
-        n = min(n, self.total_steps - self.step)
-        cpu, wall = time.process_time(), time.perf_counter()
-        for _ in range(n):
-            self._one_step()
-        self.point.cpu_s += time.process_time() - cpu
-        self.point.wall_s += time.perf_counter() - wall
-        return n
 
     @torch.no_grad()
     def evaluate(self, batch: int = 1000) -> float:

@@ -31,6 +31,7 @@ import os
 import platform
 import statistics
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -95,6 +96,37 @@ class Run(Protocol):
 
 
 # -- running -----------------------------------------------------------------------------------
+
+
+class TimedRun:
+    """A run advanced a few steps at a time, its steps' CPU and wall time added to its point.
+
+    Subclasses set ``point`` and ``total_steps`` and define ``_one_step`` and ``evaluate``.
+    """
+
+    point: Point
+    total_steps: int
+    step: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.step >= self.total_steps
+
+    def _one_step(self) -> None:
+        raise NotImplementedError
+
+    def evaluate(self) -> float:
+        raise NotImplementedError
+
+    def advance(self, n: int) -> int:
+        """Train up to ``n`` more steps; their CPU and wall time are added to the point."""
+        n = min(n, self.total_steps - self.step)
+        cpu, wall = time.process_time(), time.perf_counter()
+        for _ in range(n):
+            self._one_step()
+        self.point.cpu_s += time.process_time() - cpu
+        self.point.wall_s += time.perf_counter() - wall
+        return n
 
 
 def interleave(runs: Sequence[Run], *, progress: bool, chunk: int = CHUNK) -> list[Point]:
