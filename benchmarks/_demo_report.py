@@ -41,8 +41,15 @@ def ablation_table(points: Sequence[_study.Point]) -> tuple[str, list[dict]]:
             ]
         )
         records.append({"algorithm": s.arm, "vs_frontier": delta, "equivalent": equiv})
-    header = ["algorithm", "CPU s", "time / base", "val accuracy", "acc - base (pts)",
-              "vs frontier (pts)", "equivalent speed-up"]  # fmt: skip
+    header = [
+        "algorithm",
+        "CPU s",
+        "time / base",
+        "val accuracy",
+        "acc - base (pts)",
+        "vs frontier (pts)",
+        "equivalent speed-up",
+    ]
     base_line = "baseline: " + ", ".join(
         f"{s.budget:g}x {s.cpu_s:.1f} s {_study.score_sd(s, VAL)}" for s in base
     )

@@ -40,8 +40,9 @@ class Text:
     def describe(self) -> str:
         sizes = ", ".join(
             f"{name} {n} files / {len(t) / 1e6:.2f} MB"
-            for name, n, t in zip(("train", "val", "test"), self.files,
-                                  (self.train, self.val, self.test), strict=True)  # fmt: skip
+            for name, n, t in zip(
+                ("train", "val", "test"), self.files, (self.train, self.val, self.test), strict=True
+            )
         )
         return f"Python 3.11 documentation sources (bytes as tokens): {sizes}"
 
@@ -59,7 +60,9 @@ def ensure_python_doc(directory: Path = DEFAULT_DIR, *, install: bool = True) ->
     if not install or not _can_install():
         return f"the Python documentation sources are not installed; run: {INSTALL_COMMAND}"
     print(f"{directory} is missing: apt-get install -y {PACKAGE} ...", flush=True)
-    if not _apt("install", "-y", PACKAGE) and not (_apt("update") and _apt("install", "-y", PACKAGE)):
+    if not _apt("install", "-y", PACKAGE) and not (
+        _apt("update") and _apt("install", "-y", PACKAGE)
+    ):
         return f"apt-get could not install {PACKAGE}; run: {INSTALL_COMMAND}"
     return f"installed {PACKAGE} with apt-get."
 

@@ -66,10 +66,17 @@ def gpt2(cfg: LMConfig, seed: int) -> nn.Module:
     from transformers.pytorch_utils import Conv1D
 
     config = GPT2Config(
-        vocab_size=VOCAB, n_positions=cfg.context, n_embd=cfg.width, n_layer=cfg.layers,
-        n_head=cfg.heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-        bos_token_id=0, eos_token_id=0,
-    )  # fmt: skip
+        vocab_size=VOCAB,
+        n_positions=cfg.context,
+        n_embd=cfg.width,
+        n_layer=cfg.layers,
+        n_head=cfg.heads,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = GPT2LMHeadModel(config)
@@ -138,8 +145,9 @@ class LMRun(TimedRun):
             F.apply_low_precision_layernorm(self.model, torch.bfloat16)
         self.opt = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
-            lr=cfg.lr, weight_decay=cfg.weight_decay,
-        )  # fmt: skip
+            lr=cfg.lr,
+            weight_decay=cfg.weight_decay,
+        )
         self.scheduler = torch.optim.lr_scheduler.OneCycleLR(
             self.opt, max_lr=cfg.lr, total_steps=cfg.ref_steps, pct_start=0.1
         )
@@ -157,14 +165,19 @@ class LMRun(TimedRun):
 
     def _batch(self) -> torch.Tensor:
         n = self.cfg.context
-        starts = torch.randint(0, len(self.text.train) - n, (self.cfg.batch,), generator=self.order_gen)
+        starts = torch.randint(
+            0, len(self.text.train) - n, (self.cfg.batch,), generator=self.order_gen
+        )
         ids = self.text.train[starts[:, None] + torch.arange(n)].long()
         ids = ids.reshape(-1, self.length)
         if "seq_length_warmup" in self.algos:
             length = F.seq_length_warmup_length(
-                self.step / self.total_steps, duration=0.3, min_seq_length=16,
-                max_seq_length=self.length, step_size=8,
-            )  # fmt: skip
+                self.step / self.total_steps,
+                duration=0.3,
+                min_seq_length=16,
+                max_seq_length=self.length,
+                step_size=8,
+            )
             ids = F.apply_seq_length_warmup({"input_ids": ids}, length)["input_ids"]
         return ids
 

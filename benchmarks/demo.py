@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from . import _study
+from . import _study, _study_plot
 from ._demo_data import DEFAULT_DIR, Dataset, load_data
 from ._demo_report import ablation_table
 from ._demo_train import ALGORITHMS, Config, Run
@@ -56,16 +56,20 @@ BUDGETS = (0.25, 0.5, 1.0, 2.0)
 
 
 def _mode(args: argparse.Namespace) -> str:
-    return next(m for m in ("smoke", "quick", "full") if getattr(args, m)) if (
-        args.smoke or args.quick or args.full
-    ) else "default"
+    return (
+        next(m for m in ("smoke", "quick", "full") if getattr(args, m))
+        if (args.smoke or args.quick or args.full)
+        else "default"
+    )
 
 
 def _config(args: argparse.Namespace, data: Dataset) -> Config:
     ref_epochs = args.ref_epochs or MODES[_mode(args)][2]
     steps_per_epoch = len(data.y_train) // args.batch_size
     return Config(
-        batch_size=args.batch_size, lr=args.lr, ref_steps=max(4, round(ref_epochs * steps_per_epoch))
+        batch_size=args.batch_size,
+        lr=args.lr,
+        ref_steps=max(4, round(ref_epochs * steps_per_epoch)),
     )
 
 
@@ -78,8 +82,9 @@ def run_study(args, data: Dataset, cfg: Config, recipe: tuple[str, ...]) -> dict
     points: list[_study.Point] = []
     for seed in args.seed_list:
         for budget in args.budgets:
-            group = [Run(arm, _arm_algorithms(arm, recipe), budget, data, cfg, seed=seed)
-                     for arm in ARMS]  # fmt: skip
+            group = [
+                Run(arm, _arm_algorithms(arm, recipe), budget, data, cfg, seed=seed) for arm in ARMS
+            ]
             points += _study.interleave(group, progress=not args.no_progress)
     comparisons = [
         _study.compare(points, "baseline", "recipe", metric),
@@ -92,10 +97,12 @@ def run_study(args, data: Dataset, cfg: Config, recipe: tuple[str, ...]) -> dict
     for c in comparisons:
         print(_study.claim_sentence(c, metric))
     n_seeds = len(args.seed_list)
-    stamp = "" if _mode(args) in ("default", "full") else (
-        f"smoke: {len(data.y_train):,} images, {n_seeds} seed{'s' * (n_seeds > 1)}"
+    stamp = (
+        ""
+        if _mode(args) in ("default", "full")
+        else (f"smoke: {len(data.y_train):,} images, {n_seeds} seed{'s' * (n_seeds > 1)}")
     )
-    _study.plot(
+    _study_plot.plot(
         points,
         ARMS,
         comparisons[:2],
@@ -121,7 +128,9 @@ def run_ablation(args, data: Dataset, cfg: Config) -> dict:
     points: list[_study.Point] = []
     for seed in args.seed_list:
         runs = [Run("baseline", (), b, data, cfg, seed=seed, split="val") for b in budgets]
-        runs += [Run(name, (name,), budget, data, cfg, seed=seed, split="val") for name in ALGORITHMS]
+        runs += [
+            Run(name, (name,), budget, data, cfg, seed=seed, split="val") for name in ALGORITHMS
+        ]
         points += _study.interleave(runs, progress=not args.no_progress)
     text, records = ablation_table(points)
     print()
@@ -135,22 +144,42 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path, default=DEFAULT_DIR, help="directory of the IDX files")
     p.add_argument("--no-install", action="store_true", help="never run apt-get")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true",
-                      help="12,000 training images, 1 seed: about 2 minutes (a smoke run)")  # fmt: skip
-    size.add_argument("--full", action="store_true",
-                      help="reference schedule of 2 epochs, 3 seeds: about 40 minutes")  # fmt: skip
+    size.add_argument(
+        "--quick",
+        action="store_true",
+        help="12,000 training images, 1 seed: about 2 minutes (a smoke run)",
+    )
+    size.add_argument(
+        "--full",
+        action="store_true",
+        help="reference schedule of 2 epochs, 3 seeds: about 40 minutes",
+    )
     size.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
-    p.add_argument("--ablation", action="store_true",
-                   help="each algorithm alone, in validation accuracy, not the study")  # fmt: skip
+    p.add_argument(
+        "--ablation",
+        action="store_true",
+        help="each algorithm alone, in validation accuracy, not the study",
+    )
     p.add_argument("--ablation-budget", type=float, default=1.0)
-    p.add_argument("--recipe", default=",".join(DEFAULT_RECIPE),
-                   help=f"comma-separated, from: {', '.join(ALGORITHMS)}")  # fmt: skip
-    p.add_argument("--budgets", default=",".join(map(str, BUDGETS)),
-                   help="fractions of the reference schedule (default 0.25,0.5,1,2)")  # fmt: skip
-    p.add_argument("--seeds", type=int, default=None,
-                   help="number of seeds (default: 3; 1 with --quick)")  # fmt: skip
-    p.add_argument("--ref-epochs", type=float, default=None,
-                   help="reference schedule length (default 0.25 epoch; 2 with --full)")  # fmt: skip
+    p.add_argument(
+        "--recipe",
+        default=",".join(DEFAULT_RECIPE),
+        help=f"comma-separated, from: {', '.join(ALGORITHMS)}",
+    )
+    p.add_argument(
+        "--budgets",
+        default=",".join(map(str, BUDGETS)),
+        help="fractions of the reference schedule (default 0.25,0.5,1,2)",
+    )
+    p.add_argument(
+        "--seeds", type=int, default=None, help="number of seeds (default: 3; 1 with --quick)"
+    )
+    p.add_argument(
+        "--ref-epochs",
+        type=float,
+        default=None,
+        help="reference schedule length (default 0.25 epoch; 2 with --full)",
+    )
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--lr", type=float, default=0.2, help="peak learning rate")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
@@ -207,8 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"arms: baseline; channels_last alone; recipe = {', '.join(args.recipe)}\n")
         payload = run_study(args, data, cfg, args.recipe)
-        print("\nablation (each algorithm alone, validation accuracy): make demo "
-              "DEMO_ARGS=--ablation;\nthe last measured table is in docs/guides/demo.md")  # fmt: skip
+        print(
+            "\nablation (each algorithm alone, validation accuracy): make demo "
+            "DEMO_ARGS=--ablation;\nthe last measured table is in docs/guides/demo.md"
+        )
     payload |= {
         "mode": _mode(args),
         "machine": m,

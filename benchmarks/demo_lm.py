@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from . import _study
+from . import _study, _study_plot
 from ._lm_data import DEFAULT_DIR, Text, load_text
 from ._lm_train import LM_ALGORITHMS, LMConfig, LMRun
 
@@ -46,7 +46,7 @@ MODES = {
     "smoke": ({"ref_steps": 8, "width": 32, "layers": 1, "eval_bytes": 2048, "batch": 2}, 1),
 }
 BUDGETS = (0.5, 1.0, 2.0)
-DEFAULTS = LMConfig(ref_steps=150, eval_bytes=16_384)
+DEFAULTS = LMConfig(ref_steps=100, eval_bytes=16_384)
 
 
 def _mode(args: argparse.Namespace) -> str:
@@ -58,8 +58,10 @@ def run_study(args, text: Text, cfg: LMConfig) -> dict:
     for seed in args.seed_list:
         for budget in args.budgets:
             last = budget == args.budgets[-1]
-            group = [LMRun("baseline", (), budget, text, cfg, seed=seed, read_test=last),
-                     LMRun("recipe", args.recipe, budget, text, cfg, seed=seed, read_test=last)]  # fmt: skip
+            group = [
+                LMRun("baseline", (), budget, text, cfg, seed=seed, read_test=last),
+                LMRun("recipe", args.recipe, budget, text, cfg, seed=seed, read_test=last),
+            ]
             points += _study.interleave(group, progress=not args.no_progress)
     comparison = _study.compare(points, "baseline", "recipe", BPB)
     print()
@@ -69,12 +71,16 @@ def run_study(args, text: Text, cfg: LMConfig) -> dict:
     print(test_lines(points, args.budgets[-1]))
     n = len(args.seed_list)
     stamp = "" if _mode(args) == "default" else f"smoke: {cfg.ref_steps} reference steps, {n} seed"
-    _study.plot(
-        points, ARMS, [comparison], BPB,
+    _study_plot.plot(
+        points,
+        ARMS,
+        [comparison],
+        BPB,
         title=f"byte-level GPT-2 on the Python docs: validation bits per byte against CPU "
         f"training time, mean of {n} seed(s) per budget; bars: ±1 sd\nrecipe: {', '.join(args.recipe)}",
-        stamp=stamp, path=args.output / "lm_frontiers.png",
-    )  # fmt: skip
+        stamp=stamp,
+        path=args.output / "lm_frontiers.png",
+    )
     return {"points": points, "summaries": _study.summarise(points), "comparisons": [comparison]}
 
 
@@ -91,8 +97,10 @@ def test_lines(points: list[_study.Point], budget: float) -> str:
 def run_extrapolation(args, text: Text, cfg: LMConfig, baseline: _study.Point | None) -> dict:
     """ALiBi and learned positions trained at L = context / 4, read at L, 2L and 4L."""
     short = cfg.context // 4
-    runs = [LMRun("alibi at L", ("alibi",), 1.0, text, cfg, train_length=short),
-            LMRun("learned at L", (), 1.0, text, cfg, train_length=short)]  # fmt: skip
+    runs = [
+        LMRun("alibi at L", ("alibi",), 1.0, text, cfg, train_length=short),
+        LMRun("learned at L", (), 1.0, text, cfg, train_length=short),
+    ]
     points = _study.interleave(runs, progress=not args.no_progress)
     if baseline is None:
         points += _study.interleave([LMRun("learned at 4L", (), 1.0, text, cfg)], progress=False)
@@ -101,9 +109,16 @@ def run_extrapolation(args, text: Text, cfg: LMConfig, baseline: _study.Point | 
     header = ["model (1x budget, seed 0)", "train length"] + [
         f"val bpb at {n}" for n in cfg.eval_lengths
     ]
-    rows = [[p.arm, str(p.extra["train_length"])]
-            + [f"{p.extra[f'val_bpb_{n}']:.3f}" for n in cfg.eval_lengths] for p in points]  # fmt: skip
-    composer = _composer_note(cfg)
+    rows = [
+        [p.arm, str(p.extra["train_length"])]
+        + [f"{p.extra[f'val_bpb_{n}']:.3f}" for n in cfg.eval_lengths]
+        for p in points
+    ]
+    composer = (
+        "Composer's apply_alibi not tried in --smoke (importing Composer takes seconds)"
+        if _mode(args) == "smoke"
+        else _composer_note(cfg)
+    )
     print(f"\nALiBi extrapolation (L = {short}):")
     print(_study.table(header, rows))
     print(composer)
@@ -131,8 +146,15 @@ def run_ablation(args, text: Text, cfg: LMConfig) -> dict:
     rows = []
     for s in sums:
         delta = BPB.score(_study.merit_at(curve, s.cpu_s)) - s.score
-        rows.append([s.arm, f"{s.budget:g}x", f"{s.cpu_s:.1f}", _study.score_sd(s, BPB),
-                     "-" if s.arm == "core" else f"{delta:+.3f}"])  # fmt: skip
+        rows.append(
+            [
+                s.arm,
+                f"{s.budget:g}x",
+                f"{s.cpu_s:.1f}",
+                _study.score_sd(s, BPB),
+                "-" if s.arm == "core" else f"{delta:+.3f}",
+            ]
+        )
     print(f"\neach candidate added to {' + '.join(CORE)} at 1x, validation bits per byte:")
     print(_study.table(["arm", "budget", "CPU s", "val bpb", "better than core frontier by"], rows))
     return {"points": points, "summaries": sums}
@@ -143,13 +165,27 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path, default=DEFAULT_DIR, help="the documentation sources")
     p.add_argument("--no-install", action="store_true", help="never run apt-get")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="30 reference steps, 1 seed: under 2 min")
+    size.add_argument(
+        "--quick", action="store_true", help="30 reference steps, 1 seed: under 2 min"
+    )
     size.add_argument("--smoke", action="store_true", help="a tiny model, for the test suite")
-    p.add_argument("--ablation", action="store_true",
-                   help="each candidate added to ALiBi + warmup, on validation data")  # fmt: skip
-    p.add_argument("--recipe", default=",".join(DEFAULT_RECIPE),
-                   help=f"comma-separated, from: {', '.join(LM_ALGORITHMS)}")  # fmt: skip
+    p.add_argument(
+        "--ablation",
+        action="store_true",
+        help="each candidate added to ALiBi + warmup, on validation data",
+    )
+    p.add_argument(
+        "--recipe",
+        default=",".join(DEFAULT_RECIPE),
+        help=f"comma-separated, from: {', '.join(LM_ALGORITHMS)}",
+    )
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default 3; 1 quick)")
+    p.add_argument(
+        "--ref-steps",
+        type=int,
+        default=None,
+        help=f"reference schedule length in steps (default {DEFAULTS.ref_steps})",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--output", type=Path, default=Path("demo_out"), help="output directory")
     p.add_argument("--no-progress", action="store_true")
@@ -162,7 +198,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args.recipe = tuple(a for a in args.recipe.split(",") if a)
     unknown = [a for a in args.recipe if a not in LM_ALGORITHMS]
     if unknown:
-        parser.error(f"unknown algorithm(s) {', '.join(unknown)}; choose from {', '.join(LM_ALGORITHMS)}")
+        parser.error(
+            f"unknown algorithm(s) {', '.join(unknown)}; choose from {', '.join(LM_ALGORITHMS)}"
+        )
     n_seeds = MODES[_mode(args)][1] if args.seeds is None else args.seeds
     if n_seeds < 1:
         parser.error(f"--seeds must be at least 1, got {n_seeds}")
@@ -181,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         print(error)
         return 1
     cfg = replace(DEFAULTS, **MODES[_mode(args)][0])
+    if args.ref_steps:
+        cfg = replace(cfg, ref_steps=args.ref_steps)
     m = _study.machine()
     print(f"machine: {_study.describe_machine(m)}")
     print(f"data: {text.describe()}")
@@ -193,12 +233,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.ablation:
         payload = run_ablation(args, text, cfg)
     else:
-        print(f"arms: baseline (learned positions at {cfg.context}); recipe = {', '.join(args.recipe)}\n")
+        print(
+            f"arms: baseline (learned positions at {cfg.context}); recipe = {', '.join(args.recipe)}\n"
+        )
         payload = run_study(args, text, cfg)
         base = next(p for p in payload["points"] if p.arm == "baseline" and p.budget == 1.0)
         payload |= run_extrapolation(args, text, cfg, base)
-    payload |= {"mode": _mode(args), "machine": m, "data": text.describe(), "config": vars(cfg),
-                "recipe": args.recipe, "total_wall_s": time.perf_counter() - start}  # fmt: skip
+    payload |= {
+        "mode": _mode(args),
+        "machine": m,
+        "data": text.describe(),
+        "config": vars(cfg),
+        "recipe": args.recipe,
+        "total_wall_s": time.perf_counter() - start,
+    }
     name = "lm_ablation" if args.ablation else "lm_study"
     _study.write_json(args.output / f"{name}.json", payload)
     print(f"\nevery run: {(args.output / f'{name}.json').resolve()}")

@@ -137,7 +137,11 @@ def test_each_budget_has_its_own_full_schedule_and_the_same_data_order(tiny_data
     # the algorithms draw from their own generator: the data order stays the baseline's,
     # across epochs (8 steps here) too
     seen: dict[str, list[torch.Tensor]] = {}
-    for run in (Run("baseline", (), 1.0, tiny_data, cfg), full, Run("x", (), 1.0, tiny_data, cfg, seed=1)):
+    for run in (
+        Run("baseline", (), 1.0, tiny_data, cfg),
+        full,
+        Run("x", (), 1.0, tiny_data, cfg, seed=1),
+    ):
         labels = seen.setdefault(run.point.arm, [])
         original = run._batch
 
@@ -185,6 +189,7 @@ def test_validation_runs_read_the_validation_split_only(tiny_data):
     not data_mod.has_fashion_mnist(FASHION),
     reason=f"Fashion-MNIST is not installed in {FASHION} (apt-get install dataset-fashion-mnist)",
 )
+@pytest.mark.slow
 def test_demo_study_on_fashion_mnist(tmp_path, capsys):
     """The real data, the smallest size: every run, the claims, the plot, the JSON."""
     assert demo.main(["--smoke", "--no-progress", "--no-install",

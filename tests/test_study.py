@@ -31,8 +31,12 @@ def test_summaries_are_means_and_sample_spread_over_seeds():
 
 def test_a_consistent_speed_up_gets_an_interval_that_excludes_1_and_the_word_faster():
     # the other arm takes half the time at every budget, seeds differ a little in score
-    base = _points("base", {s: [(2, 0.6 + s / 100), (4, 0.7 + s / 100), (8, 0.8)] for s in range(4)})
-    fast = _points("fast", {s: [(1, 0.6 + s / 100), (2, 0.7 + s / 100), (4, 0.8)] for s in range(4)})
+    base = _points(
+        "base", {s: [(2, 0.6 + s / 100), (4, 0.7 + s / 100), (8, 0.8)] for s in range(4)}
+    )
+    fast = _points(
+        "fast", {s: [(1, 0.6 + s / 100), (2, 0.7 + s / 100), (4, 0.8)] for s in range(4)}
+    )
     c = _study.compare(base + fast, "base", "fast", ACC)
     assert c["ratio"] == pytest.approx(2.0)
     low, high = c["ci95"]
@@ -44,7 +48,9 @@ def test_a_consistent_speed_up_gets_an_interval_that_excludes_1_and_the_word_fas
 
 def test_seeds_that_disagree_give_an_interval_across_1_and_no_verdict():
     base = _points("base", {0: [(2, 0.6), (4, 0.7), (8, 0.8)], 1: [(2, 0.6), (4, 0.7), (8, 0.8)]})
-    other = _points("other", {0: [(1, 0.6), (2, 0.7), (4, 0.8)], 1: [(4, 0.6), (8, 0.7), (16, 0.8)]})
+    other = _points(
+        "other", {0: [(1, 0.6), (2, 0.7), (4, 0.8)], 1: [(4, 0.6), (8, 0.7), (16, 0.8)]}
+    )
     c = _study.compare(base + other, "base", "other", ACC)
     low, high = c["ci95"]
     assert low < 1 < high
