@@ -367,6 +367,16 @@ def describe_machine(m: dict) -> str:
     )
 
 
+def load_points(paths: Sequence[Path], key: str = "points") -> list[Point]:
+    """The runs recorded under ``key`` in the JSON files ``paths`` (written by :func:`write_json`):
+    seeds run as separate processes are reported together this way."""
+    points = []
+    for path in paths:
+        for p in json.loads(Path(path).read_text()).get(key, []):
+            points.append(Point(**{**p, "algorithms": tuple(p["algorithms"])}))
+    return points
+
+
 def write_json(path: Path, payload: dict) -> None:
     def encode(obj: object) -> object:
         if isinstance(obj, Point | Summary | Metric):

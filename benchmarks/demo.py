@@ -79,13 +79,14 @@ def _arm_algorithms(arm: str, recipe: tuple[str, ...]) -> tuple[str, ...]:
 
 def run_study(args, data: Dataset, cfg: Config, recipe: tuple[str, ...]) -> dict:
     metric = _study.Metric("test accuracy", higher_is_better=True, start=0.1)
-    points: list[_study.Point] = []
-    for seed in args.seed_list:
+    points: list[_study.Point] = _study.load_points(args.merge) if args.merge else []
+    for seed in () if args.merge else args.seed_list:
         for budget in args.budgets:
             group = [
                 Run(arm, _arm_algorithms(arm, recipe), budget, data, cfg, seed=seed) for arm in ARMS
             ]
             points += _study.interleave(group, progress=not args.no_progress)
+            _study.write_json(args.output / "points.json", {"points": points})
     comparisons = [
         _study.compare(points, "baseline", "recipe", metric),
         _study.compare(points, "channels_last", "recipe", metric),
@@ -96,7 +97,7 @@ def run_study(args, data: Dataset, cfg: Config, recipe: tuple[str, ...]) -> dict
     print()
     for c in comparisons:
         print(_study.claim_sentence(c, metric))
-    n_seeds = len(args.seed_list)
+    n_seeds = len({p.seed for p in points})
     stamp = (
         ""
         if _mode(args) in ("default", "full")
@@ -108,7 +109,7 @@ def run_study(args, data: Dataset, cfg: Config, recipe: tuple[str, ...]) -> dict
         comparisons[:2],
         metric,
         title=f"{data.name}: test accuracy against CPU training time, mean of {n_seeds} seed(s) "
-        f"per budget ({', '.join(f'{b:g}x' for b in args.budgets)}); bars: ±1 sd\n"
+        f"per budget ({', '.join(sorted({f'{p.budget:g}x' for p in points}))}); bars: ±1 sd\n"
         f"recipe: {', '.join(recipe)}",
         stamp=stamp,
         path=args.output / "frontiers.png",
@@ -129,7 +130,8 @@ def run_ablation(args, data: Dataset, cfg: Config) -> dict:
     for seed in args.seed_list:
         runs = [Run("baseline", (), b, data, cfg, seed=seed, split="val") for b in budgets]
         runs += [
-            Run(name, (name,), budget, data, cfg, seed=seed, split="val") for name in ALGORITHMS
+            Run(name, (name,), budget, data, cfg, seed=seed, split="val")
+            for name in args.algorithms
         ]
         points += _study.interleave(runs, progress=not args.no_progress)
     text, records = ablation_table(points)
@@ -162,6 +164,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--ablation-budget", type=float, default=1.0)
     p.add_argument(
+        "--algorithms",
+        default=",".join(ALGORITHMS),
+        help="the ablation's algorithms (default: all)",
+    )
+    p.add_argument(
         "--recipe",
         default=",".join(DEFAULT_RECIPE),
         help=f"comma-separated, from: {', '.join(ALGORITHMS)}",
@@ -185,6 +192,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--output", type=Path, default=Path("demo_out"), help="output directory")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--first-seed", type=int, default=0, help="seeds run: first-seed, first-seed+1, ..."
+    )
+    p.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="train nothing: report on the runs of these JSON files together (seeds run "
+        "as separate processes)",
+    )
     return p
 
 
@@ -192,7 +211,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = _parser()
     args = parser.parse_args(argv)
     args.recipe = tuple(a for a in args.recipe.split(",") if a)
-    unknown = [a for a in args.recipe if a not in ALGORITHMS]
+    args.algorithms = tuple(a for a in args.algorithms.split(",") if a)
+    unknown = [a for a in (*args.recipe, *args.algorithms) if a not in ALGORITHMS]
     if unknown:
         parser.error(
             f"unknown algorithm(s) {', '.join(unknown)}; choose from {', '.join(ALGORITHMS)}"
@@ -206,7 +226,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     n_seeds = MODES[_mode(args)][3] if args.seeds is None else args.seeds
     if n_seeds < 1:
         parser.error(f"--seeds must be at least 1, got {n_seeds}")
-    args.seed_list = tuple(range(n_seeds))
+    args.seed_list = tuple(range(args.first_seed, args.first_seed + n_seeds))
     return args
 
 

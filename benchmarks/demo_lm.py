@@ -54,8 +54,8 @@ def _mode(args: argparse.Namespace) -> str:
 
 
 def run_study(args, text: Text, cfg: LMConfig) -> dict:
-    points: list[_study.Point] = []
-    for seed in args.seed_list:
+    points: list[_study.Point] = _study.load_points(args.merge) if args.merge else []
+    for seed in () if args.merge else args.seed_list:
         for budget in args.budgets:
             last = budget == args.budgets[-1]
             group = [
@@ -63,13 +63,14 @@ def run_study(args, text: Text, cfg: LMConfig) -> dict:
                 LMRun("recipe", args.recipe, budget, text, cfg, seed=seed, read_test=last),
             ]
             points += _study.interleave(group, progress=not args.no_progress)
+            _study.write_json(args.output / "points.json", {"points": points})
     comparison = _study.compare(points, "baseline", "recipe", BPB)
     print()
     print(_study.study_table(points, ARMS, BPB))
     print()
     print(_study.claim_sentence(comparison, BPB))
     print(test_lines(points, args.budgets[-1]))
-    n = len(args.seed_list)
+    n = len({p.seed for p in points})
     stamp = "" if _mode(args) == "default" else f"smoke: {cfg.ref_steps} reference steps, {n} seed"
     _study_plot.plot(
         points,
@@ -106,23 +107,26 @@ def run_extrapolation(args, text: Text, cfg: LMConfig, baseline: _study.Point | 
         points += _study.interleave([LMRun("learned at 4L", (), 1.0, text, cfg)], progress=False)
     else:
         points.append(replace(baseline, arm="learned at 4L"))
-    header = ["model (1x budget, seed 0)", "train length"] + [
-        f"val bpb at {n}" for n in cfg.eval_lengths
-    ]
-    rows = [
-        [p.arm, str(p.extra["train_length"])]
-        + [f"{p.extra[f'val_bpb_{n}']:.3f}" for n in cfg.eval_lengths]
-        for p in points
-    ]
+    table = extrapolation_table(points, cfg)
     composer = (
         "Composer's apply_alibi not tried in --smoke (importing Composer takes seconds)"
         if _mode(args) == "smoke"
         else _composer_note(cfg)
     )
-    print(f"\nALiBi extrapolation (L = {short}):")
-    print(_study.table(header, rows))
+    print(table)
     print(composer)
     return {"extrapolation": points, "composer_apply_alibi": composer}
+
+
+def extrapolation_table(points: list[_study.Point], cfg: LMConfig) -> str:
+    header = ["model (1x budget, seed 0)", "train length"]
+    header += [f"val bpb at {n}" for n in cfg.eval_lengths]
+    rows = [
+        [p.arm, str(int(p.extra["train_length"]))]
+        + [f"{p.extra[f'val_bpb_{n}']:.3f}" for n in cfg.eval_lengths]
+        for p in points
+    ]
+    return f"\nALiBi extrapolation (L = {cfg.context // 4}):\n" + _study.table(header, rows)
 
 
 def _composer_note(cfg: LMConfig) -> str:
@@ -189,6 +193,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--output", type=Path, default=Path("demo_out"), help="output directory")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--first-seed", type=int, default=0, help="seeds run: first-seed, first-seed+1, ..."
+    )
+    p.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="train nothing: report on the runs of these JSON files together (seeds run "
+        "as separate processes)",
+    )
     return p
 
 
@@ -204,7 +220,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     n_seeds = MODES[_mode(args)][1] if args.seeds is None else args.seeds
     if n_seeds < 1:
         parser.error(f"--seeds must be at least 1, got {n_seeds}")
-    args.seed_list = tuple(range(n_seeds))
+    args.seed_list = tuple(range(args.first_seed, args.first_seed + n_seeds))
     args.budgets = BUDGETS
     return args
 
@@ -237,8 +253,17 @@ def main(argv: list[str] | None = None) -> int:
             f"arms: baseline (learned positions at {cfg.context}); recipe = {', '.join(args.recipe)}\n"
         )
         payload = run_study(args, text, cfg)
-        base = next(p for p in payload["points"] if p.arm == "baseline" and p.budget == 1.0)
-        payload |= run_extrapolation(args, text, cfg, base)
+        if args.merge:
+            extrapolation = _study.load_points(args.merge, key="extrapolation")
+            payload |= {"extrapolation": extrapolation}
+            print(extrapolation_table(extrapolation, cfg))
+        elif 0 in args.seed_list:
+            base = next(
+                p
+                for p in payload["points"]
+                if p.arm == "baseline" and p.budget == 1.0 and p.seed == 0
+            )
+            payload |= run_extrapolation(args, text, cfg, base)
     payload |= {
         "mode": _mode(args),
         "machine": m,
