@@ -45,7 +45,8 @@ ARMS = ("baseline", "channels_last", "recipe")
 N_VAL = 10_000
 # mode -> (train images, test images, reference epochs, seeds); budgets are fractions of the
 # reference schedule. The default fits 12 minutes on 2 cores: 3 seeds of a quarter-epoch
-# reference (98 steps), so budgets of 25 to 195 steps.
+# reference (98 steps), so budgets of 25 to 195 steps: about 5 minutes of CPU time on an idle
+# 2-core machine (0.09 s per baseline step), estimated; --help says the same.
 MODES = {
     "full": (None, None, 2.0, 3),
     "default": (None, None, 0.25, 3),
@@ -142,19 +143,24 @@ def run_ablation(args, data: Dataset, cfg: Config) -> dict:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="make demo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="make demo",
+        description=__doc__.splitlines()[0]
+        + " Default: 3 seeds, 3 arms, 4 budgets of a 98-step reference: about 5 minutes of CPU "
+        "time on an idle 2-core machine (one thread), more wall-clock time on a busy one.",
+    )
     p.add_argument("--data", type=Path, default=DEFAULT_DIR, help="directory of the IDX files")
     p.add_argument("--no-install", action="store_true", help="never run apt-get")
     size = p.add_mutually_exclusive_group()
     size.add_argument(
         "--quick",
         action="store_true",
-        help="12,000 training images, 1 seed: about 2 minutes (a smoke run)",
+        help="12,000 training images, 1 seed: about 1.5 minutes (a smoke run)",
     )
     size.add_argument(
         "--full",
         action="store_true",
-        help="reference schedule of 2 epochs, 3 seeds: about 40 minutes",
+        help="reference schedule of 2 epochs, 3 seeds: about 35 minutes",
     )
     size.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
     p.add_argument(
