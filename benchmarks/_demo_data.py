@@ -15,6 +15,7 @@ import gzip
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -179,27 +180,36 @@ def _apt(*args: str) -> bool:
     return done.returncode == 0
 
 
+def ensure_package(package: str, present: Callable[[], bool], what: str, *, install: bool) -> str:
+    """Install the Debian ``package`` when ``present()`` is false and the process may (root,
+    ``apt-get`` on the path); what happened, one sentence ("" when it was there).
+    ``apt-get update`` runs only when a first install attempt fails."""
+    command = f"sudo apt-get install -y {package}"
+    if present():
+        return ""
+    if not install or not _can_install():
+        return f"{what} is not installed; to use it, run: {command}"
+    print(f"{what} is missing: apt-get install -y {package} ...", flush=True)
+    if not _apt("install", "-y", package) and not (
+        _apt("update") and _apt("install", "-y", package)
+    ):
+        return f"apt-get could not install {package}; to use it, run: {command}"
+    if not present():
+        return f"{package} is installed but {what} is still missing."
+    return f"installed {package} with apt-get."
+
+
 def ensure_fashion_mnist(directory: Path = DEFAULT_DIR, *, install: bool = True) -> str:
     """Make the Debian package's files present when they are missing and that is possible.
 
     Returns what happened, one sentence for the demo's output ("" when the files were there).
-    Only the package's own directory is ever installed into; ``apt-get update`` runs only when
-    a first install attempt fails.
+    Only the package's own directory is ever installed into.
     """
-    if has_fashion_mnist(directory):
-        return ""
-    if directory != DEFAULT_DIR:
+    if directory != DEFAULT_DIR and not has_fashion_mnist(directory):
         return f"{directory} holds no Fashion-MNIST IDX files."
-    if not install or not _can_install():
-        return f"Fashion-MNIST is not installed; to use it, run: {INSTALL_COMMAND}"
-    print(f"Fashion-MNIST is missing: apt-get install -y {PACKAGE} ...", flush=True)
-    if not _apt("install", "-y", PACKAGE) and not (
-        _apt("update") and _apt("install", "-y", PACKAGE)
-    ):
-        return f"apt-get could not install {PACKAGE}; to use it, run: {INSTALL_COMMAND}"
-    if not has_fashion_mnist(directory):
-        return f"{PACKAGE} is installed but {directory} holds no IDX files."
-    return f"installed {PACKAGE} with apt-get."
+    return ensure_package(
+        PACKAGE, lambda: has_fashion_mnist(directory), "Fashion-MNIST", install=install
+    )
 
 
 def load_data(directory: Path = DEFAULT_DIR, *, install: bool = True) -> Dataset:

@@ -227,11 +227,7 @@ class Run(TimedRun):
         else:
             closure()
             self.opt.step()
-        self.step += 1
-        if self.step < self.total_steps:  # OneCycleLR refuses a step past its end
-            self.scheduler.step()
-        if self.ema is not None:
-            F.compute_ema(self.model, self.ema, smoothing=self.smoothing)
+        self._end_step()
         self.point.extra["images"] += len(y)
 
     # -- public ------------------------------------------------------------------------------

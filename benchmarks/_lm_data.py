@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ._demo_data import _apt, _can_install
+from ._demo_data import ensure_package
 
 DEFAULT_DIR = Path("/usr/share/doc/python3.11/html/_sources")
 PACKAGE = "python3.11-doc"
@@ -53,18 +53,14 @@ def has_python_doc(directory: Path = DEFAULT_DIR) -> bool:
 
 def ensure_python_doc(directory: Path = DEFAULT_DIR, *, install: bool = True) -> str:
     """Install the package when the sources are missing and that is possible; what happened."""
-    if has_python_doc(directory):
-        return ""
-    if directory != DEFAULT_DIR:
+    if directory != DEFAULT_DIR and not has_python_doc(directory):
         return f"{directory} holds no documentation sources."
-    if not install or not _can_install():
-        return f"the Python documentation sources are not installed; run: {INSTALL_COMMAND}"
-    print(f"{directory} is missing: apt-get install -y {PACKAGE} ...", flush=True)
-    if not _apt("install", "-y", PACKAGE) and not (
-        _apt("update") and _apt("install", "-y", PACKAGE)
-    ):
-        return f"apt-get could not install {PACKAGE}; run: {INSTALL_COMMAND}"
-    return f"installed {PACKAGE} with apt-get."
+    return ensure_package(
+        PACKAGE,
+        lambda: has_python_doc(directory),
+        "the Python documentation sources",
+        install=install,
+    )
 
 
 def load_text(directory: Path = DEFAULT_DIR, *, install: bool = True) -> Text:

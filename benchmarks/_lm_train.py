@@ -195,11 +195,7 @@ class LMRun(TimedRun):
         if "gradient_clipping" in self.algos:
             F.apply_gradient_clipping(self.model.parameters(), "norm", 1.0)
         self.opt.step()
-        self.step += 1
-        if self.step < self.total_steps:  # OneCycleLR refuses a step past its end
-            self.scheduler.step()
-        if self.ema is not None:
-            F.compute_ema(self.model, self.ema, smoothing=self.smoothing)
+        self._end_step()
 
     @torch.no_grad()
     def bits_per_byte(self, data: torch.Tensor, length: int) -> float:

@@ -25,6 +25,7 @@ score with its sign turned so that higher is better, and shows the score.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import os
@@ -39,6 +40,8 @@ from typing import Protocol
 
 import numpy as np
 import torch
+
+import functional as F
 
 from ._harness import cpu_model
 
@@ -95,6 +98,28 @@ class Run(Protocol):
     def evaluate(self) -> float: ...
 
 
+# -- command line ------------------------------------------------------------------------------
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The options both studies' command lines share."""
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--output", type=Path, default=Path("demo_out"), help="output directory")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--first-seed", type=int, default=0, help="seeds run: first-seed, first-seed+1, ..."
+    )
+    p.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="train nothing: report on the runs of these JSON files together (seeds run "
+        "as separate processes)",
+    )
+
+
 # -- running -----------------------------------------------------------------------------------
 
 
@@ -107,6 +132,10 @@ class TimedRun:
     point: Point
     total_steps: int
     step: int = 0
+    model: torch.nn.Module
+    ema: torch.nn.Module | None
+    smoothing: float
+    scheduler: torch.optim.lr_scheduler.LRScheduler
 
     @property
     def done(self) -> bool:
@@ -114,6 +143,14 @@ class TimedRun:
 
     def _one_step(self) -> None:
         raise NotImplementedError
+
+    def _end_step(self) -> None:
+        """Count the step, move the LR schedule on and update the EMA copy, if any."""
+        self.step += 1
+        if self.step < self.total_steps:  # OneCycleLR refuses a step past its end
+            self.scheduler.step()
+        if self.ema is not None:
+            F.compute_ema(self.model, self.ema, smoothing=self.smoothing)
 
     def evaluate(self) -> float:
         raise NotImplementedError

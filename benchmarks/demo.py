@@ -195,21 +195,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--lr", type=float, default=0.2, help="peak learning rate")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    p.add_argument("--output", type=Path, default=Path("demo_out"), help="output directory")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument(
-        "--first-seed", type=int, default=0, help="seeds run: first-seed, first-seed+1, ..."
-    )
-    p.add_argument(
-        "--merge",
-        type=Path,
-        nargs="+",
-        default=None,
-        metavar="JSON",
-        help="train nothing: report on the runs of these JSON files together (seeds run "
-        "as separate processes)",
-    )
+    _study.add_run_arguments(p)
     return p
 
 

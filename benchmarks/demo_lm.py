@@ -104,10 +104,10 @@ def run_extrapolation(args, text: Text, cfg: LMConfig, baseline: _study.Point | 
         LMRun("learned at L", (), 1.0, text, cfg, train_length=short),
     ]
     points = _study.interleave(runs, progress=not args.no_progress)
-    if baseline is None:
-        points += _study.interleave([LMRun("learned at 4L", (), 1.0, text, cfg)], progress=False)
-    else:
+    if baseline is not None:
         points.append(replace(baseline, arm="learned at 4L"))
+    elif not args.extrapolation_only:  # else --merge takes it from the study's runs
+        points += _study.interleave([LMRun("learned at 4L", (), 1.0, text, cfg)], progress=False)
     table = extrapolation_table(points, cfg)
     composer = (
         "Composer's apply_alibi not tried in --smoke (importing Composer takes seconds)"
@@ -196,21 +196,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help=f"reference schedule length in steps (default {DEFAULTS.ref_steps})",
     )
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    p.add_argument("--output", type=Path, default=Path("demo_out"), help="output directory")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument(
-        "--first-seed", type=int, default=0, help="seeds run: first-seed, first-seed+1, ..."
-    )
-    p.add_argument(
-        "--merge",
-        type=Path,
-        nargs="+",
-        default=None,
-        metavar="JSON",
-        help="train nothing: report on the runs of these JSON files together (seeds run "
-        "as separate processes)",
-    )
+    _study.add_run_arguments(p)
     return p
 
 
@@ -252,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{cfg.ref_steps} steps; budgets {', '.join(f'{b:g}x' for b in args.budgets)}; seeds "
         f"{', '.join(map(str, args.seed_list))}\ntime: process CPU time of the training steps\n"
     )
-    if args.ablation:
+    if args.extrapolation_only:
+        payload = run_extrapolation(args, text, cfg, None)
+    elif args.ablation:
         payload = run_ablation(args, text, cfg)
     else:
         print(
@@ -261,8 +249,16 @@ def main(argv: list[str] | None = None) -> int:
         payload = run_study(args, text, cfg)
         if args.merge:
             extrapolation = _study.load_points(args.merge, key="extrapolation")
-            payload |= {"extrapolation": extrapolation}
+            if extrapolation and all(p.arm != "learned at 4L" for p in extrapolation):
+                base = next(
+                    p
+                    for p in payload["points"]
+                    if p.arm == "baseline" and p.budget == 1.0 and p.seed == 0
+                )
+                extrapolation.append(replace(base, arm="learned at 4L"))
+            payload |= {"extrapolation": extrapolation, "composer_apply_alibi": _composer_note(cfg)}
             print(extrapolation_table(extrapolation, cfg))
+            print(payload["composer_apply_alibi"])
         elif 0 in args.seed_list:
             base = next(
                 p
@@ -278,7 +274,13 @@ def main(argv: list[str] | None = None) -> int:
         "recipe": args.recipe,
         "total_wall_s": time.perf_counter() - start,
     }
-    name = "lm_ablation" if args.ablation else "lm_study"
+    name = (
+        "lm_ablation"
+        if args.ablation
+        else "lm_extrapolation"
+        if args.extrapolation_only
+        else "lm_study"
+    )
     _study.write_json(args.output / f"{name}.json", payload)
     print(f"\nevery run: {(args.output / f'{name}.json').resolve()}")
     print(f"total wall-clock: {payload['total_wall_s']:.0f} s")
