@@ -196,6 +196,11 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help=f"reference schedule length in steps (default {DEFAULTS.ref_steps})",
     )
+    p.add_argument(
+        "--extrapolation-only",
+        action="store_true",
+        help="only the ALiBi and learned-position runs at L (seed 0); --merge adds 4L",
+    )
     _study.add_run_arguments(p)
     return p
 
