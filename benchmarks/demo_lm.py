@@ -35,7 +35,7 @@ from ._lm_train import LM_ALGORITHMS, LMConfig, LMRun
 # The recipe's core (ALiBi at the short length, sequence-length warmup) and what the last
 # --ablation, on validation data, kept of the rest (docs/guides/demo_lm.md).
 CORE = ("alibi", "seq_length_warmup")
-DEFAULT_RECIPE = CORE
+DEFAULT_RECIPE = (*CORE, "glu", "gradient_clipping")  # the ablation of 4 December 2026
 CANDIDATES = ("glu", "low_precision_layernorm", "gradient_clipping", "ema")
 ARMS = ("baseline", "recipe")
 BPB = _study.Metric("validation bits per byte", higher_is_better=False, start=8.0, digits=3)
