@@ -103,6 +103,7 @@ class Run(Protocol):
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The options both studies' command lines share."""
+    p.add_argument("--no-install", action="store_true", help="never run apt-get")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--output", type=Path, default=Path("demo_out"), help="output directory")
     p.add_argument("--no-progress", action="store_true")
@@ -118,6 +119,14 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="train nothing: report on the runs of these JSON files together (seeds run "
         "as separate processes)",
     )
+
+
+def seed_list(parser: argparse.ArgumentParser, args: argparse.Namespace, default: int) -> tuple:
+    """The seeds to run: ``--seeds`` (else ``default``) of them from ``--first-seed``."""
+    n_seeds = default if args.seeds is None else args.seeds
+    if n_seeds < 1:
+        parser.error(f"--seeds must be at least 1, got {n_seeds}")
+    return tuple(range(args.first_seed, args.first_seed + n_seeds))
 
 
 # -- running -----------------------------------------------------------------------------------

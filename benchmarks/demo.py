@@ -151,7 +151,6 @@ def _parser() -> argparse.ArgumentParser:
         "time on an idle 2-core machine (one thread), more wall-clock time on a busy one.",
     )
     p.add_argument("--data", type=Path, default=DEFAULT_DIR, help="directory of the IDX files")
-    p.add_argument("--no-install", action="store_true", help="never run apt-get")
     size = p.add_mutually_exclusive_group()
     size.add_argument(
         "--quick",
@@ -216,10 +215,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--budgets must be comma-separated numbers, got {args.budgets!r}")
     if len(args.budgets) < 2 or min(args.budgets) <= 0:
         parser.error(f"--budgets needs at least two positive fractions, got {args.budgets}")
-    n_seeds = MODES[_mode(args)][3] if args.seeds is None else args.seeds
-    if n_seeds < 1:
-        parser.error(f"--seeds must be at least 1, got {n_seeds}")
-    args.seed_list = tuple(range(args.first_seed, args.first_seed + n_seeds))
+    args.seed_list = _study.seed_list(parser, args, MODES[_mode(args)][3])
     return args
 
 

@@ -173,7 +173,6 @@ def _parser() -> argparse.ArgumentParser:
         "table: about 6 minutes of CPU time on an idle 2-core machine (one thread).",
     )
     p.add_argument("--data", type=Path, default=DEFAULT_DIR, help="the documentation sources")
-    p.add_argument("--no-install", action="store_true", help="never run apt-get")
     size = p.add_mutually_exclusive_group()
     size.add_argument(
         "--quick", action="store_true", help="30 reference steps, 1 seed: about 1 minute"
@@ -214,10 +213,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(
             f"unknown algorithm(s) {', '.join(unknown)}; choose from {', '.join(LM_ALGORITHMS)}"
         )
-    n_seeds = MODES[_mode(args)][1] if args.seeds is None else args.seeds
-    if n_seeds < 1:
-        parser.error(f"--seeds must be at least 1, got {n_seeds}")
-    args.seed_list = tuple(range(args.first_seed, args.first_seed + n_seeds))
+    args.seed_list = _study.seed_list(parser, args, MODES[_mode(args)][1])
     args.budgets = BUDGETS
     return args
 
