@@ -155,7 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     size.add_argument(
         "--quick",
         action="store_true",
-        help="12,000 training images, 1 seed: about 1.5 minutes (a smoke run)",
+        help="12,000 training images, 1 seed: about 2.5 minutes of CPU time (a smoke run)",
     )
     size.add_argument(
         "--full",
