@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 TEST_TORCH_SEED ?= 0
 
-.PHONY: test test-compat demo bench gpu-check peers lint docs clean
+.PHONY: test test-compat demo demo-lm bench gpu-check peers lint docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,10 +28,28 @@ COMPAT_TORCH ?= 2.6 2.15
 test-compat:
 	PYTHON=$(PYTHON) bash .ci/compat/lane.sh $(COMPAT_TORCH)
 
+# The demos install only what they need (the demo extra: scikit-learn, matplotlib, tqdm; the
+# language-model study adds transformers), not the test tools.
+DEMO_STAMP := $(VENV)/.demo-installed-stamp
+DEMO_LM_STAMP := $(VENV)/.demo-lm-installed-stamp
+
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[demo]'
+	@touch $(DEMO_STAMP)
+
+$(DEMO_LM_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[demo-lm]'
+	@touch $(DEMO_LM_STAMP)
+
 # The demo installs Fashion-MNIST (Debian's dataset-fashion-mnist) itself when it is missing
 # and it may (root with apt-get); otherwise it says the command and falls back to the digits.
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m benchmarks.demo $(DEMO_ARGS)
+
+# The language-model study: the Python docs' sources (Debian's python3.11-doc), installed the
+# same way when missing; without them it says the command to run.
+demo-lm: $(DEMO_LM_STAMP)
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m benchmarks.demo_lm $(DEMO_ARGS)
 
 bench: $(STAMP)
 	PYTHONPATH=.peers $(PY) -m benchmarks $(BENCH_ARGS)

@@ -15,7 +15,8 @@ import gzip
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -43,12 +44,14 @@ CLASSES = (
     "Bag",
     "Ankle boot",
 )
+VALIDATION_SEED = 1234  # fixes which training images are held out for validation
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
 @dataclass
 class Dataset:
-    """Training and test tensors: images float32 in [0, 1], (N, 1, H, W); labels int64."""
+    """Training, validation and test tensors: images float32 in [0, 1], (N, 1, H, W); labels
+    int64. The validation images are held out of the training set (:meth:`hold_out`)."""
 
     name: str
     x_train: torch.Tensor
@@ -56,23 +59,44 @@ class Dataset:
     x_test: torch.Tensor
     y_test: torch.Tensor
     note: str = ""
+    x_val: torch.Tensor = field(default_factory=lambda: torch.empty(0, 1, 28, 28))
+    y_val: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))
+
+    def hold_out(self, n_val: int, seed: int = VALIDATION_SEED) -> Dataset:
+        """Move ``n_val`` training images, drawn by ``seed``, into the validation split.
+
+        The draw depends only on ``seed`` and the training set, so the split is the same in
+        every run, mode and size: every choice (ablation, recipe, hyperparameters) is made on
+        these images, and the test set is read only by the final runs.
+        """
+        if not 0 < n_val < len(self.y_train):
+            raise ValueError(f"n_val must be in (0, {len(self.y_train)}), got {n_val}")
+        order = torch.randperm(len(self.y_train), generator=torch.Generator().manual_seed(seed))
+        val, train = order[:n_val], order[n_val:].sort().values
+        return replace(
+            self,
+            x_train=self.x_train[train],
+            y_train=self.y_train[train],
+            x_val=self.x_train[val],
+            y_val=self.y_train[val],
+        )
 
     def subset(self, n_train: int | None, n_test: int | None) -> Dataset:
-        """The first ``n_train`` training and ``n_test`` test images (all when ``None``)."""
-        return Dataset(
-            self.name,
-            self.x_train[:n_train],
-            self.y_train[:n_train],
-            self.x_test[:n_test],
-            self.y_test[:n_test],
-            self.note,
+        """The first ``n_train`` training and ``n_test`` test images (all when ``None``); the
+        validation split is kept whole."""
+        return replace(
+            self,
+            x_train=self.x_train[:n_train],
+            y_train=self.y_train[:n_train],
+            x_test=self.x_test[:n_test],
+            y_test=self.y_test[:n_test],
         )
 
     def describe(self) -> str:
         h, w = self.x_train.shape[-2:]
         return (
-            f"{self.name}: {len(self.y_train):,} training / {len(self.y_test):,} test images, "
-            f"{h}x{w}"
+            f"{self.name}: {len(self.y_train):,} training / {len(self.y_val):,} validation "
+            f"(held out of the training set) / {len(self.y_test):,} test images, {h}x{w}"
         )
 
 
@@ -156,27 +180,36 @@ def _apt(*args: str) -> bool:
     return done.returncode == 0
 
 
+def ensure_package(package: str, present: Callable[[], bool], what: str, *, install: bool) -> str:
+    """Install the Debian ``package`` when ``present()`` is false and the process may (root,
+    ``apt-get`` on the path); what happened, one sentence ("" when it was there).
+    ``apt-get update`` runs only when a first install attempt fails."""
+    command = f"sudo apt-get install -y {package}"
+    if present():
+        return ""
+    if not install or not _can_install():
+        return f"{what} is not installed; to use it, run: {command}"
+    print(f"{what} is missing: apt-get install -y {package} ...", flush=True)
+    if not _apt("install", "-y", package) and not (
+        _apt("update") and _apt("install", "-y", package)
+    ):
+        return f"apt-get could not install {package}; to use it, run: {command}"
+    if not present():
+        return f"{package} is installed but {what} is still missing."
+    return f"installed {package} with apt-get."
+
+
 def ensure_fashion_mnist(directory: Path = DEFAULT_DIR, *, install: bool = True) -> str:
     """Make the Debian package's files present when they are missing and that is possible.
 
     Returns what happened, one sentence for the demo's output ("" when the files were there).
-    Only the package's own directory is ever installed into; ``apt-get update`` runs only when
-    a first install attempt fails.
+    Only the package's own directory is ever installed into.
     """
-    if has_fashion_mnist(directory):
-        return ""
-    if directory != DEFAULT_DIR:
+    if directory != DEFAULT_DIR and not has_fashion_mnist(directory):
         return f"{directory} holds no Fashion-MNIST IDX files."
-    if not install or not _can_install():
-        return f"Fashion-MNIST is not installed; to use it, run: {INSTALL_COMMAND}"
-    print(f"Fashion-MNIST is missing: apt-get install -y {PACKAGE} ...", flush=True)
-    if not _apt("install", "-y", PACKAGE) and not (
-        _apt("update") and _apt("install", "-y", PACKAGE)
-    ):
-        return f"apt-get could not install {PACKAGE}; to use it, run: {INSTALL_COMMAND}"
-    if not has_fashion_mnist(directory):
-        return f"{PACKAGE} is installed but {directory} holds no IDX files."
-    return f"installed {PACKAGE} with apt-get."
+    return ensure_package(
+        PACKAGE, lambda: has_fashion_mnist(directory), "Fashion-MNIST", install=install
+    )
 
 
 def load_data(directory: Path = DEFAULT_DIR, *, install: bool = True) -> Dataset:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as TF
@@ -23,6 +23,7 @@ import augment
 import functional as F
 
 from ._demo_data import Dataset
+from ._study import Point, TimedRun
 
 N_CLASSES = 10
 # name -> what it does here (the ablation's rows, in this order)
@@ -53,7 +54,6 @@ class Config:
     lr: float = 0.2
     weight_decay: float = 5e-4
     ref_steps: int = 1000  # the length of the reference (1.0x) schedule, in steps
-    seed: int = 0
 
 
 def resnet(width: int = 16) -> nn.Sequential:
@@ -84,45 +84,38 @@ def _soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Te
     return torch.sum(-targets * TF.log_softmax(logits, dim=1), dim=1).mean()
 
 
-@dataclass
-class Point:
-    """One finished run: a point of a frontier."""
+class Run(TimedRun):
+    """One training run, advanced ``n`` steps at a time by :meth:`advance`.
 
-    arm: str
-    algorithms: tuple[str, ...]
-    budget: float  # fraction of the reference schedule
-    steps: int
-    epochs: float
-    cpu_s: float = 0.0  # process CPU time of the training steps (all threads)
-    wall_s: float = 0.0  # wall-clock time of the same steps
-    images: int = 0  # training images drawn (before any selection)
-    accuracy: float = float("nan")
-    eval_wall_s: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
-
-
-class Run:
-    """One training run, advanced ``n`` steps at a time by :meth:`advance`."""
+    ``split`` is what :meth:`evaluate` reads once at the end: ``"val"`` (the held-out
+    validation images) for the runs that make a choice, ``"test"`` for the final runs.
+    """
 
     def __init__(
-        self, arm: str, algorithms: tuple[str, ...], budget: float, data: Dataset, cfg: Config
+        self,
+        arm: str,
+        algorithms: tuple[str, ...],
+        budget: float,
+        data: Dataset,
+        cfg: Config,
+        *,
+        seed: int = 0,
+        split: str = "test",
     ) -> None:
         unknown = sorted(set(algorithms) - set(ALGORITHMS))
         if unknown:
             raise ValueError(f"unknown algorithm(s) {unknown}; choose from {sorted(ALGORITHMS)}")
+        if split not in ("val", "test"):
+            raise ValueError(f"split must be 'val' or 'test', got {split!r}")
         self.algos = frozenset(algorithms)
-        self.data, self.cfg = data, cfg
+        self.data, self.cfg, self.seed, self.split = data, cfg, seed, split
         self.steps_per_epoch = len(data.y_train) // cfg.batch_size
         if self.steps_per_epoch < 1:
             raise ValueError(f"{len(data.y_train)} training images < batch size {cfg.batch_size}")
         self.total_steps = max(1, math.floor(cfg.ref_steps * budget + 0.5))
-        self.point = Point(
-            arm,
-            tuple(algorithms),
-            budget,
-            self.total_steps,
-            self.total_steps / self.steps_per_epoch,
-        )
+        self.point = Point(arm, tuple(algorithms), budget, seed, self.total_steps)
+        self.point.extra["epochs"] = self.total_steps / self.steps_per_epoch
+        self.point.extra["images"] = 0
         self.step = 0
         self._build()
 
@@ -131,7 +124,7 @@ class Run:
     def _build(self) -> None:
         cfg = self.cfg
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.seed)
+            torch.manual_seed(self.seed)
             self.model = resnet(cfg.width)
         base = torch.optim.SGD(
             self.model.parameters(),
@@ -144,7 +137,7 @@ class Run:
             F.apply_blurpool(self.model, optimizers=base, min_channels=1)
         if "stochastic_depth" in self.algos:
             F.apply_stochastic_depth(
-                self.model, "block", "ResNetBasicBlock", drop_rate=0.1, seed=cfg.seed
+                self.model, "block", "ResNetBasicBlock", drop_rate=0.1, seed=self.seed
             )
         if "channels_last" in self.algos:
             F.apply_channels_last(self.model)
@@ -159,8 +152,8 @@ class Run:
         F.scale_scheduler(self.scheduler, self.point.budget, orig_max_epochs=cfg.ref_steps)
         self.ema = copy.deepcopy(self.model) if "ema" in self.algos else None
         self.smoothing = F.ema_smoothing(half_life=max(1.0, 0.02 * self.total_steps))
-        self.order_gen = torch.Generator().manual_seed(cfg.seed)
-        self.algo_gen = torch.Generator().manual_seed(cfg.seed + 1)
+        self.order_gen = torch.Generator().manual_seed(self.seed)
+        self.algo_gen = torch.Generator().manual_seed(self.seed + 10_000)
         self.batch_aug: nn.Module | None = None
         if "augmix" in self.algos:
             self.batch_aug = augment.BatchAugMix(severity=3, width=3, generator=self.algo_gen)
@@ -169,10 +162,6 @@ class Run:
         self.order = torch.empty(0, dtype=torch.long)
 
     # -- one step ----------------------------------------------------------------------------
-
-    @property
-    def done(self) -> bool:
-        return self.step >= self.total_steps
 
     def _batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         i = self.step % self.steps_per_epoch
@@ -238,39 +227,30 @@ class Run:
         else:
             closure()
             self.opt.step()
-        self.step += 1
-        if self.step < self.total_steps:  # OneCycleLR refuses a step past its end
-            self.scheduler.step()
-        if self.ema is not None:
-            F.compute_ema(self.model, self.ema, smoothing=self.smoothing)
-        self.point.images += len(y)
+        self._end_step()
+        self.point.extra["images"] += len(y)
 
     # -- public ------------------------------------------------------------------------------
 
-    def advance(self, n: int) -> int:
-        """Train up to ``n`` more steps; their CPU and wall time are added to the point."""
-        n = min(n, self.total_steps - self.step)
-        cpu, wall = time.process_time(), time.perf_counter()
-        for _ in range(n):
-            self._one_step()
-        self.point.cpu_s += time.process_time() - cpu
-        self.point.wall_s += time.perf_counter() - wall
-        return n
-
     @torch.no_grad()
     def evaluate(self, batch: int = 1000) -> float:
-        """Test accuracy of the weights evaluated (the EMA copy when there is one)."""
+        """Accuracy on ``split`` of the weights evaluated (the EMA copy when there is one)."""
         start = time.perf_counter()
         model = self.ema if self.ema is not None else self.model
         model.eval()
-        x_test, y_test = self.data.x_test, self.data.y_test
+        x_all, y_all = (
+            (self.data.x_val, self.data.y_val)
+            if self.split == "val"
+            else (self.data.x_test, self.data.y_test)
+        )
         correct = 0
-        for i in range(0, len(y_test), batch):
-            x = x_test[i : i + batch]
+        for i in range(0, len(y_all), batch):
+            x = x_all[i : i + batch]
             if "channels_last" in self.algos:
                 x = x.contiguous(memory_format=torch.channels_last)
-            correct += int((model(x).argmax(1) == y_test[i : i + batch]).sum())
+            correct += int((model(x).argmax(1) == y_all[i : i + batch]).sum())
         model.train()
-        self.point.accuracy = correct / len(y_test)
-        self.point.eval_wall_s = time.perf_counter() - start
-        return self.point.accuracy
+        self.point.score = correct / len(y_all)
+        self.point.extra[f"{self.split}_accuracy"] = self.point.score
+        self.point.extra["eval_wall_s"] = time.perf_counter() - start
+        return self.point.score

@@ -94,15 +94,18 @@ def build(n_positions: int, width: int, layers: int, seed: int):
     return GPT2LMHeadModel(config)
 
 
-def try_composer(model: torch.nn.Module) -> str:
+def try_composer(
+    model: torch.nn.Module, max_sequence_length: int = max(EVAL_LENGTHS), vocab: int = VOCAB
+) -> str:
+    """Composer's apply_alibi on ``model`` and one forward pass, or why it failed."""
     composer = peer("composer")
     if composer is None:
         return "Composer not installed (`make peers`): not compared"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            composer.apply_alibi(model, max_sequence_length=max(EVAL_LENGTHS))
-            model(torch.randint(0, VOCAB, (1, 2 * TRAIN_LENGTH)))
+            composer.apply_alibi(model, max_sequence_length=max_sequence_length)
+            model(torch.randint(0, vocab, (1, max_sequence_length)))
     except Exception as error:  # report, do not crash: the peer is what is being measured
         return (
             "Composer 0.32 apply_alibi fails on this transformers version: "
