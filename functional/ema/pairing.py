@@ -188,9 +188,10 @@ def _pair_same_tree(model: nn.Module, ema: nn.Module, pairs: _Pairs) -> bool:
     stack = [("", model, ema)]
     while stack:
         prefix, mine, theirs = stack.pop()
+        caches = mine._non_persistent_buffers_set | theirs._non_persistent_buffers_set
         if not (
             _pair_slots(prefix, mine._parameters, theirs._parameters, pairs)
-            and _pair_slots(prefix, mine._buffers, theirs._buffers, pairs)
+            and _pair_slots(prefix, mine._buffers, theirs._buffers, pairs, caches)
         ):
             return False
         children = _paired_children(prefix, mine._modules, theirs._modules)
@@ -205,13 +206,23 @@ def _pair_slots(
     own: Mapping[str, torch.Tensor | None],
     other: Mapping[str, torch.Tensor | None],
     pairs: _Pairs,
+    caches: set[str] | frozenset[str] = frozenset(),
 ) -> bool:
     """Add one module's parameters (or buffers) to ``pairs``; False if the two differ in names
-    or in which of them are None."""
+    or in which of them are None.
+
+    ``caches`` are non-persistent buffers (ALiBi's bias tables, built on the first forward and
+    grown with the longest input): averaged when both models hold one of the same shape, left
+    alone when only one holds it or the shapes differ.
+    """
     if own.keys() != other.keys():
         return False
     for name, value in own.items():
         ema_value = other[name]
+        if name in caches and (
+            value is None or ema_value is None or value.shape != ema_value.shape
+        ):
+            continue
         if value is None or ema_value is None:
             if value is not ema_value:
                 return False
@@ -290,7 +301,10 @@ def _raise_mismatch(
     extra = [
         n
         for n, v in target.items()
-        if n not in source and isinstance(v, torch.Tensor) and not n.endswith("_extra_state")
+        if n not in source
+        and n not in optional
+        and isinstance(v, torch.Tensor)
+        and not n.endswith("_extra_state")
     ]
     if missing or extra:
         raise ValueError(
@@ -333,7 +347,11 @@ def _pairs(
         pairs = _Pairs(caller, by_storage=False)
         if not _pair_modules(model, ema_model, pairs):
             pairs = _Pairs(caller, by_storage=False)
-            _pair_by_name(_named_tensors(model)[0], _named_tensors(ema_model)[0], set(), pairs)
+            source, source_caches = _named_tensors(model)
+            target, target_caches = _named_tensors(ema_model)
+            # Non-persistent buffers are caches (ALiBi's bias tables, built on the first
+            # forward): averaged where both models hold one, never a mismatch where one does not.
+            _pair_by_name(source, target, source_caches | target_caches, pairs)
         return pairs
     if not isinstance(ema_model, Mapping):
         raise TypeError(

@@ -566,3 +566,35 @@ def test_children_registered_as_none() -> None:
         other = nn.Sequential(nn.Linear(2, 2))
         other.register_module("absent", nn.Linear(2, 2))
         F.compute_ema(model, other, 0.5)
+
+
+class _LazyCache(nn.Module):
+    """A layer whose non-persistent buffer is a cache built on the first forward and grown with
+    the longest input, as ALiBi's bias tables are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("table", None, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.table is None or self.table.shape[0] < x.shape[0]:
+            self.table = torch.arange(x.shape[0], dtype=x.dtype)
+        return self.fc(x) + self.table[: x.shape[0], None]
+
+
+@pytest.mark.parametrize("ema_length", [None, 3, 9])
+def test_caches_built_after_the_copy_are_left_alone(ema_length) -> None:
+    """The EMA copy made before the first forward (the order the docs give) still updates when
+    a cache exists in one model only, or in both at other sizes; the weights are averaged."""
+    model = _LazyCache()
+    ema = copy.deepcopy(model)
+    model(torch.randn(5, 4))
+    if ema_length is not None:
+        ema(torch.randn(ema_length, 4))
+    with torch.no_grad():
+        model.fc.weight.add_(1.0)
+    expected = 0.5 * (ema.fc.weight + model.fc.weight)
+    F.compute_ema(model, ema, 0.5)
+    torch.testing.assert_close(ema.fc.weight, expected)
+    assert (ema.table is None) == (ema_length is None)
