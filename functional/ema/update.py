@@ -78,7 +78,10 @@ def compute_ema(
     ``torch.compile`` (their inner modules are used) or sharded with FSDP2's ``fully_shard``
     (every rank updates its local shards, no communication). ``ema_model`` may also be a dict
     of tensors, updated in place; non-persistent buffers, which a state dict leaves out, are
-    then skipped. This is the light form of the EMA seed's ``ShadowModel`` (a copy that tracks
+    then skipped. Between two modules, a non-persistent buffer is a cache (ALiBi's bias
+    tables, built on the first forward): it is averaged where both hold one of the same shape
+    and left alone where only one holds it, so an EMA copy made before the first forward
+    keeps working. This is the light form of the EMA seed's ``ShadowModel`` (a copy that tracks
     the parameters and buffers of a source model): no second module, only its tensors::
 
         ema_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
