@@ -16,8 +16,13 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[test,demo]'
 	@touch $(STAMP)
 
+# Two pytest workers, one per core (pytest-xdist), each with one torch thread: the suite is
+# thousands of small tests whose Python overhead one process cannot spread over two cores.
+# TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	OMP_WAIT_POLICY=PASSIVE HYPOTHESIS_PROFILE=ci TEST_TORCH_SEED=$(TEST_TORCH_SEED) $(PY) -m pytest -q $(PYTEST_ARGS)
+	OMP_WAIT_POLICY=PASSIVE HYPOTHESIS_PROFILE=ci TEST_TORCH_SEED=$(TEST_TORCH_SEED) $(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The compatibility lane: the non-slow tests of functional, surgery and augment and every compile
 # test on each end of the supported torch range (2.6 and 2.15), each in its own environment under

@@ -54,8 +54,10 @@ class _TorchGlobalRandom:
 TORCH_RANDOM = _TorchGlobalRandom()
 hypothesis.register_random(TORCH_RANDOM)
 
-# Tests run on 2 cores in CI; more threads than cores only adds contention.
-torch.set_num_threads(min(torch.get_num_threads(), 2))
+# Tests run on 2 cores in CI; more threads than cores only adds contention. Under pytest-xdist
+# (`make test` runs 2 workers) the cores are shared between the workers.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(torch.get_num_threads(), 2) // _WORKERS))
 
 
 TORCH_SEED = int(os.environ.get("TEST_TORCH_SEED", "0"))

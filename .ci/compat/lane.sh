@@ -82,7 +82,7 @@ EOF
     fi
     start=$(date +%s)
     OMP_WAIT_POLICY=PASSIVE HYPOTHESIS_PROFILE=ci TEST_TORCH_SEED=${TEST_TORCH_SEED:-0} \
-        "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "$MARKERS" "${PATHS[@]}" \
+        "$venv/bin/python" -m pytest -q -n 2 -p no:cacheprovider -m "$MARKERS" "${PATHS[@]}" \
         | tee "$venv/pytest.log"
     status=${PIPESTATUS[0]}
     took=$(($(date +%s) - start))
