@@ -62,9 +62,12 @@ _BERT: dict[str, Transform] = {
     "low_precision_layernorm": lambda m, o: F.apply_low_precision_layernorm(
         m, torch.bfloat16, optimizers=o
     ),
+    "gyro_dropout": lambda m, o: F.apply_gyro_dropout(
+        m, 10, 2, p=0.1, sigma=8, tau=2, generator=torch.Generator().manual_seed(0), optimizers=o
+    ),
 }
 # GPT-2's projections are transformers' Conv1D, which factorization and GLU do not convert.
-_GPT2 = {name: _BERT[name] for name in ("alibi", "low_precision_layernorm")}
+_GPT2 = {name: _BERT[name] for name in ("alibi", "low_precision_layernorm", "gyro_dropout")}
 
 # (first, second) -> what the second transform's refusal says: the pairs that cannot stack in
 # that order. The other order must work.
