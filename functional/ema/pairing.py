@@ -347,11 +347,11 @@ def _pairs(
         pairs = _Pairs(caller, by_storage=False)
         if not _pair_modules(model, ema_model, pairs):
             pairs = _Pairs(caller, by_storage=False)
-            source, source_caches = _named_tensors(model)
-            target, target_caches = _named_tensors(ema_model)
+            own, own_caches = _named_tensors(model)
+            ema_tensors, ema_caches = _named_tensors(ema_model)
             # Non-persistent buffers are caches (ALiBi's bias tables, built on the first
             # forward): averaged where both models hold one, never a mismatch where one does not.
-            _pair_by_name(source, target, source_caches | target_caches, pairs)
+            _pair_by_name(own, ema_tensors, own_caches | ema_caches, pairs)
         return pairs
     if not isinstance(ema_model, Mapping):
         raise TypeError(

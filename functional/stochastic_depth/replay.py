@@ -64,9 +64,27 @@ def _enclosing_local(code_name: str, local: str, code: Any = None) -> Any:
     return None
 
 
+def _non_reentrant_frame_from_stack() -> object | None:
+    """The ``_CheckpointFrame`` of the non-reentrant ``checkpoint`` call this forward runs in,
+    read from the suspended generator that ``checkpoint`` holds (``gen``, whose frame names it
+    ``new_frame``): the way to it on a torch without ``_top_saved_tensors_default_hooks``
+    (2.6 has none)."""
+    code = getattr(torch.utils.checkpoint.checkpoint, "__wrapped__", None)
+    gen = _enclosing_local("checkpoint", "gen", getattr(code, "__code__", None))
+    frame = getattr(gen, "gi_frame", None)
+    return None if frame is None else frame.f_locals.get("new_frame")
+
+
 def forward_region() -> object | None:
     """The checkpoint region this ordinary forward runs in, or ``None`` (not checkpointed)."""
-    hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    top_hooks = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    if top_hooks is None:
+        region = _non_reentrant_frame_from_stack()
+        if region is not None:
+            return region
+        hooks = None
+    else:
+        hooks = top_hooks(False)
     if hooks is not None:  # non-reentrant: the hooks' closure holds the region's frame
         pack = hooks[0]
         code = getattr(pack, "__code__", None)
@@ -101,6 +119,11 @@ def _in_traced_checkpoint() -> bool:
         return False
     while tracer is not None:
         if getattr(tracer, "description", None) == "torch.utils.checkpoint.checkpoint":
+            return True
+        # Older dynamo (torch 2.6) gives a subgraph's tracer no description at all: a block
+        # traced in any nested subgraph there is refused (checkpoint is the one such region a
+        # training forward meets; the message names it).
+        if not hasattr(tracer, "description") and getattr(tracer, "parent", None) is not None:
             return True
         tracer = getattr(tracer, "parent", None)
     return False
