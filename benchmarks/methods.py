@@ -3,8 +3,10 @@
 Two named models, each method on its own copy, every candidate of a model timed interleaved in
 one process (``_harness.time_interleaved``) so that the overhead of a method is the ratio of its
 step to the plain step of the *same round*, repeat by repeat, minus one. The tables print the
-median overhead with its min–max over the repeats; where that range crosses zero the method's
-cost is within this machine's noise, and the methods index says "≈0 (within noise)".
+median overhead with its min–max over 7 repeats, each repeat the mean of 3 consecutive steps
+(5 for the language model, whose steps are shorter), after 2 warm-up steps; where that range
+crosses zero the method's cost is within this machine's noise, and the methods index says "≈0
+(within noise)".
 
 - Vision: torchvision ResNet-18 (10 classes), batch 32 at 64x64, SGD with momentum; a step is
   what a loop does per batch (its batch op, forward, loss, backward, the optimizer step and its
@@ -239,12 +241,16 @@ def _sam_step(model: nn.Module, sam: F.SAMOptimizer, batch: Callable[[], tuple])
 
 def _vision(quick: bool) -> Table:
     torch.manual_seed(0)
-    size, n, repeats = (32, 8, 1) if quick else (64, 32, 7)
+    size, n, repeats, number = (32, 8, 1, 1) if quick else (64, 32, 7, 3)
     x_uint8 = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8)
     b = _Batch(x_uint8.float().div(255).sub(0.5).div(0.25), x_uint8, torch.randint(0, 10, (n,)), 10)
     base = _vision_model(quick).train()
     times = time_interleaved(
-        _vision_candidates(base, b), repeats=repeats, warmup=1, clock=time.process_time
+        _vision_candidates(base, b),
+        repeats=repeats,
+        number=number,
+        warmup=2,
+        clock=time.process_time,
     )
     name = "one-block-per-stage ResNet" if quick else "ResNet-18"
     return _overhead_table(
@@ -301,7 +307,7 @@ def _lm_step(
 
 
 def _language(quick: bool) -> Table:
-    n, length, repeats = (2, 32, 1) if quick else (8, 128, 7)
+    n, length, repeats, number = (2, 32, 1, 1) if quick else (8, 128, 7, 5)
     tokens = torch.randint(0, 256, (n, length), generator=torch.Generator().manual_seed(0))
     full = lambda: {"input_ids": tokens}  # noqa: E731
     half = lambda: F.apply_seq_length_warmup({"input_ids": tokens}, length // 2)  # noqa: E731
@@ -329,7 +335,9 @@ def _language(quick: bool) -> Table:
     low = copy.deepcopy(base)
     _quiet(lambda m: F.apply_low_precision_layernorm(m, torch.bfloat16))(low)
     candidates["low-precision LayerNorm (bf16 autocast)"] = _lm_step(low, full, autocast=True)
-    times = time_interleaved(candidates, repeats=repeats, warmup=1, clock=time.process_time)
+    times = time_interleaved(
+        candidates, repeats=repeats, number=number, warmup=2, clock=time.process_time
+    )
     table = _overhead_table(
         f"Method overhead per training step: GPT-2 (2 layers, width {64 if quick else 128}, 4 "
         f"heads), batch {n} of {length} tokens, AdamW, cpu (1 thread), process CPU time",
