@@ -6,14 +6,24 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 TEST_TORCH_SEED ?= 0
+COMMA := ,
 
 .PHONY: test test-compat demo demo-lm bench gpu-check peers lint docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
+# pip's output goes to a log in the venv, shown (its end) only when the install fails, so that
+# what a target prints is its own output: install EXTRAS LOGNAME
+define pip_install
+	@echo "installing the project with '.[$(1)]' into $(VENV) (pip's log: $(VENV)/$(2).log)"
+	@$(PY) -m pip install -e '.[$(1)]' > $(VENV)/$(2).log 2>&1 || { \
+		echo "pip install failed; the end of $(VENV)/$(2).log:" >&2; \
+		grep -v '^WARNING: Location' $(VENV)/$(2).log | tail -n 30 >&2; exit 1; }
+endef
+
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[test,demo]'
+	$(call pip_install,test$(COMMA)demo,pip-test)
 	@touch $(STAMP)
 
 # Two pytest workers, one per core (pytest-xdist), each with one torch thread: the suite is
@@ -39,11 +49,11 @@ DEMO_STAMP := $(VENV)/.demo-installed-stamp
 DEMO_LM_STAMP := $(VENV)/.demo-lm-installed-stamp
 
 $(DEMO_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[demo]'
+	$(call pip_install,demo,pip-demo)
 	@touch $(DEMO_STAMP)
 
 $(DEMO_LM_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[demo-lm]'
+	$(call pip_install,demo-lm,pip-demo-lm)
 	@touch $(DEMO_LM_STAMP)
 
 # The demo installs Fashion-MNIST (Debian's dataset-fashion-mnist) itself when it is missing
