@@ -90,7 +90,7 @@ peers: $(STAMP)
 DOCS_STAMP := $(VENV)/.docs-installed-stamp
 
 $(DOCS_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[docs]'
+	$(call pip_install,docs,pip-docs)
 	@touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
